@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Installs what salvo needs on a fresh Debian machine. Idempotent: packages already present
+# are not fetched again.
+#   scripts/setup.sh build   compiler, CMake and the C++ libraries
+#   scripts/setup.sh test    the above plus clang (fuzzer) and the Python test references
+set -euo pipefail
+mode=${1:-build}
+
+apt_packages=(cmake g++ make python3 python3-pip libfmt-dev nlohmann-json3-dev libcli11-dev
+              libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
+if [ "$mode" = test ]; then
+  apt_packages+=(clang libclang-rt-14-dev)
+fi
+
+missing=()
+for p in "${apt_packages[@]}"; do
+  dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if [ "$mode" = test ]; then
+  # llama-cpp-python builds llama.cpp from its bundled source (several minutes, once).
+  py_missing=()
+  python3 -c "import numpy" 2>/dev/null || py_missing+=(numpy)
+  python3 -c "import gguf" 2>/dev/null || py_missing+=(gguf)
+  python3 -c "import pytest" 2>/dev/null || py_missing+=(pytest)
+  python3 -c "import jinja2" 2>/dev/null || py_missing+=(jinja2)
+  python3 -c "import llama_cpp" 2>/dev/null || py_missing+=(llama-cpp-python)
+  if [ ${#py_missing[@]} -gt 0 ]; then
+    echo "setup: pip installing ${py_missing[*]}"
+    python3 -m pip install -q --disable-pip-version-check "${py_missing[@]}"
+  fi
+fi

@@ -1,0 +1,10 @@
+#include "backends/cuda/cuda_backend.h"
+
+namespace salvo::cuda {
+
+Status check_available() {
+  return Status::error(
+      "this salvo was built without CUDA (nvcc was not found at configure time); use --device cpu");
+}
+
+}  // namespace salvo::cuda

@@ -1,0 +1,151 @@
+// `salvo bench`: llama-bench-style throughput table. pp<N>: one N-token prompt in one pass
+// (tokens/s); tg<N>: N one-token decode passes from an empty context. Each test is repeated
+// and reported as mean ± standard deviation.
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "backends/cpu/matmul.h"
+#include "engine/engine.h"
+#include "models/kv_cache.h"
+#include "util/memory.h"
+
+namespace salvo::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  int n_prompt = 512;
+  int n_gen = 128;
+  int reps = 5;
+  int threads = 0;
+  bool json = false;
+};
+
+struct Figure {
+  std::string test;
+  std::vector<double> tps;
+  double mean() const {
+    double s = 0;
+    for (double v : tps) s += v;
+    return tps.empty() ? 0 : s / tps.size();
+  }
+  double stddev() const {
+    if (tps.size() < 2) return 0;
+    const double m = mean();
+    double s = 0;
+    for (double v : tps) s += (v - m) * (v - m);
+    return std::sqrt(s / (tps.size() - 1));
+  }
+};
+
+// Token ids spread over the vocabulary, fixed so every run measures the same work.
+std::vector<int32_t> bench_tokens(int n, int n_vocab) {
+  std::vector<int32_t> ids(n);
+  uint32_t state = 12345;
+  for (auto& id : ids) {
+    state = state * 1664525u + 1013904223u;
+    id = static_cast<int32_t>(state % static_cast<uint32_t>(n_vocab));
+  }
+  return ids;
+}
+
+double time_prompt(Engine& e, const std::vector<int32_t>& ids) {
+  KvCache kv(e.model().config(), 1, static_cast<int>(ids.size()) + 1);
+  TokenBatch batch;
+  batch.add_chain(ids.data(), static_cast<int32_t>(ids.size()), 0, 0, true);
+  std::vector<float> logits;
+  const auto start = std::chrono::steady_clock::now();
+  Status st = e.model().forward(e.pool(), batch, kv, logits);
+  if (!st.ok()) throw CliError(st.message());
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double time_generation(Engine& e, const std::vector<int32_t>& ids) {
+  KvCache kv(e.model().config(), 1, static_cast<int>(ids.size()) + 1);
+  std::vector<float> logits;
+  TokenBatch batch;
+  const auto start = std::chrono::steady_clock::now();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    batch.clear();
+    batch.add_chain(&ids[i], 1, static_cast<int32_t>(i), 0, true);
+    Status st = e.model().forward(e.pool(), batch, kv, logits);
+    if (!st.ok()) throw CliError(st.message());
+    kv.commit_prefix(0, 1);
+  }
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+void bench(const BenchOptions& o) {
+  const std::string path = resolve_model(o.model);
+  auto engine = Engine::load(path, {.threads = o.threads});
+  if (!engine.ok()) throw CliError(engine.status().message());
+  Engine& e = **engine;
+  const ModelConfig& c = e.model().config();
+
+  std::vector<Figure> figures;
+  if (o.n_prompt > 0) {
+    const auto ids = bench_tokens(o.n_prompt, c.n_vocab);
+    time_prompt(e, ids);  // warm-up: page in the weights
+    Figure f{"pp" + std::to_string(o.n_prompt), {}};
+    for (int r = 0; r < o.reps; ++r) f.tps.push_back(o.n_prompt / time_prompt(e, ids));
+    figures.push_back(f);
+  }
+  if (o.n_gen > 0) {
+    const auto ids = bench_tokens(o.n_gen, c.n_vocab);
+    time_generation(e, std::vector<int32_t>(ids.begin(), ids.begin() + std::min(o.n_gen, 8)));
+    Figure f{"tg" + std::to_string(o.n_gen), {}};
+    for (int r = 0; r < o.reps; ++r) f.tps.push_back(o.n_gen / time_generation(e, ids));
+    figures.push_back(f);
+  }
+
+  const double size_mib = static_cast<double>(e.model().gguf().file_size()) / (1 << 20);
+  const double bytes_per_token = static_cast<double>(e.model().weight_bytes_per_pass());
+  const double rss_mib = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  if (o.json) {
+    nlohmann::json out = {{"model", c.name},
+                          {"path", path},
+                          {"size_mib", size_mib},
+                          {"weight_bytes_per_pass", bytes_per_token},
+                          {"threads", e.pool().size()},
+                          {"kernel", cpu_kernel_path()},
+                          {"peak_rss_mb", rss_mib},
+                          {"results", nlohmann::json::array()}};
+    for (const auto& f : figures) {
+      out["results"].push_back(
+          {{"test", f.test}, {"tps_mean", f.mean()}, {"tps_std", f.stddev()}, {"tps", f.tps}});
+    }
+    std::printf("%s\n", out.dump().c_str());
+    return;
+  }
+  std::printf("| model | size | backend | threads | test | t/s |\n");
+  std::printf("| ----- | ---: | ------- | ------: | ---: | --: |\n");
+  for (const auto& f : figures) {
+    std::printf("| %s | %.1f MiB | cpu (%s) | %d | %s | %.2f ± %.2f |\n", c.name.c_str(), size_mib,
+                cpu_kernel_path(), e.pool().size(), f.test.c_str(), f.mean(), f.stddev());
+  }
+  std::printf("\nweights read per decode pass: %.1f MiB; peak RSS %.1f MiB\n",
+              bytes_per_token / (1 << 20), rss_mib);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto o = std::make_shared<BenchOptions>();
+  auto* cmd = app.add_subcommand("bench", "Measure prompt and generation throughput");
+  cmd->add_option("--model", o->model, "model name or GGUF path")->required();
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (pp test)")->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (tg test)")->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(CLI::Range(1, 1000));
+  cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_flag("--json", o->json, "print JSON");
+  cmd->callback([o] { bench(*o); });
+}
+
+}  // namespace salvo::cli

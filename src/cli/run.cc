@@ -1,0 +1,125 @@
+// `salvo run`: generate an answer to one prompt, streaming the text, then the statistics.
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.h"
+#include "cli/prompt.h"
+#include "engine/engine.h"
+#include "engine/session.h"
+
+namespace salvo::cli {
+namespace {
+
+struct RunOptions {
+  std::string model;
+  PromptOptions prompt;
+  int max_tokens = 256;
+  float temperature = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  float min_p = 0.05f;
+  float repeat_penalty = 1.0f;
+  int64_t seed = -1;
+  int threads = 0;
+  int ctx = 4096;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  bool json = false;
+};
+
+void print_stats(const GenerationStats& s, const Engine& engine) {
+  std::fprintf(stderr,
+               "\n\n[salvo] prompt %d tokens (%d cached), generated %d tokens (%s)\n"
+               "[salvo] time to first token %.1f ms | prefill %.1f tok/s | decode %.1f tok/s\n"
+               "[salvo] tokens per forward pass %.2f | peak memory %.1f MiB | model load %.0f ms\n",
+               s.prompt_tokens, s.cached_prompt_tokens, s.generated_tokens,
+               s.finish_reason.c_str(), s.ttft_ms, s.prefill_tokens_per_second(),
+               s.decode_tokens_per_second(), s.tokens_per_pass(),
+               static_cast<double>(s.peak_rss_bytes) / (1 << 20), engine.load_ms());
+}
+
+void run(const RunOptions& o) {
+  SamplingParams sampling;
+  sampling.temperature = o.temperature;
+  sampling.top_k = o.top_k;
+  sampling.top_p = o.top_p;
+  sampling.min_p = o.min_p;
+  sampling.repeat_penalty = o.repeat_penalty;
+  sampling.seed = o.seed >= 0 ? static_cast<uint64_t>(o.seed) : std::random_device{}();
+  if (Status st = sampling.validate(); !st.ok()) throw CliError(st.message());
+
+  auto engine = Engine::load(resolve_model(o.model), {.threads = o.threads});
+  if (!engine.ok()) throw CliError(engine.status().message());
+  Engine& e = **engine;
+
+  GenerateRequest request;
+  request.prompt = prepare_prompt(e, o.prompt);
+  request.max_tokens = o.max_tokens;
+  request.sampling = sampling;
+  request.stop = o.stop;
+  request.ignore_eos = o.ignore_eos;
+
+  Session session(e.model(), e.tokenizer(), e.pool(), o.ctx);
+  auto result = session.generate(request, [&](const std::string& piece) {
+    if (!o.json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  if (!result.ok()) throw CliError(result.status().message());
+  const GenerationStats& s = result->stats;
+  if (o.json) {
+    nlohmann::json out = {
+        {"model", e.model().config().name},
+        {"text", result->text},
+        {"tokens", result->tokens},
+        {"prompt_tokens", request.prompt},
+        {"finish_reason", s.finish_reason},
+        {"seed", sampling.seed},
+        {"n_prompt", s.prompt_tokens},
+        {"n_generated", s.generated_tokens},
+        {"forward_passes", s.forward_passes},
+        {"ttft_ms", s.ttft_ms},
+        {"prefill_tps", s.prefill_tokens_per_second()},
+        {"decode_tps", s.decode_tokens_per_second()},
+        {"tokens_per_pass", s.tokens_per_pass()},
+        {"peak_rss_mb", static_cast<double>(s.peak_rss_bytes) / (1 << 20)},
+        {"load_ms", e.load_ms()},
+    };
+    // Invalid UTF-8 from a model is replaced rather than aborting the dump.
+    std::printf("%s\n", out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    print_stats(s, e);
+  }
+}
+
+}  // namespace
+
+void add_run_command(CLI::App& app) {
+  auto o = std::make_shared<RunOptions>();
+  auto* cmd = app.add_subcommand("run", "Generate text from a prompt");
+  cmd->add_option("--model", o->model, "model name (e.g. smollm2-135m) or GGUF path")->required();
+  cmd->add_option("-m,-p,--prompt", o->prompt.prompt, "the prompt")->required();
+  add_prompt_options(cmd, o->prompt);
+  cmd->add_option("-n,--max-tokens", o->max_tokens, "tokens to generate at most")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--temperature,--temp", o->temperature, "0 = greedy")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-k", o->top_k, "0 = off")->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--top-p", o->top_p, "nucleus probability, 1 = off")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--min-p", o->min_p, "0 = off")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--repeat-penalty", o->repeat_penalty, "1 = off")->check(CLI::Range(0.0, 10.0));
+  cmd->add_option("--seed", o->seed, "random seed (default: random)");
+  cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-c,--ctx", o->ctx, "context size in tokens")->check(CLI::Range(16, 1 << 20));
+  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-generation tokens");
+  cmd->add_flag("--json", o->json, "print one JSON object with the text, token ids and figures");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace salvo::cli

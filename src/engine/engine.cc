@@ -1,0 +1,34 @@
+#include "engine/engine.h"
+
+#include <chrono>
+#include <thread>
+
+namespace salvo {
+
+int default_thread_count() {
+  const unsigned n = std::thread::hardware_concurrency();
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
+                                               const EngineOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Engine> engine(new Engine());
+  SALVO_ASSIGN_OR_RETURN(engine->model_, load_model(model_path));
+  auto tokenizer = Tokenizer::from_gguf(engine->model_->gguf());
+  if (!tokenizer.ok()) return tokenizer.status().with_context(model_path);
+  engine->tokenizer_ = std::move(tokenizer).value();
+  if (engine->tokenizer_->n_vocab() != engine->model_->config().n_vocab) {
+    return Status::error(model_path + ": the tokenizer has " +
+                         std::to_string(engine->tokenizer_->n_vocab()) +
+                         " tokens but the embedding table has " +
+                         std::to_string(engine->model_->config().n_vocab) + " rows");
+  }
+  engine->pool_ = std::make_unique<ThreadPool>(options.threads > 0 ? options.threads
+                                                                   : default_thread_count());
+  engine->load_ms_ =
+      std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  return engine;
+}
+
+}  // namespace salvo

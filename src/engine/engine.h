@@ -1,0 +1,38 @@
+// Engine: a loaded model with its tokenizer and worker threads, shared by the sessions that
+// use it (the CLI has one session; the server will have one per slot).
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "models/model.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+
+struct EngineOptions {
+  int threads = 0;  // 0 = all cores
+};
+
+class Engine {
+ public:
+  static Expected<std::unique_ptr<Engine>> load(const std::string& model_path,
+                                                const EngineOptions& options);
+
+  Model& model() { return *model_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  ThreadPool& pool() { return *pool_; }
+  double load_ms() const { return load_ms_; }
+
+ private:
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ThreadPool> pool_;
+  double load_ms_ = 0;
+};
+
+int default_thread_count();
+
+}  // namespace salvo

@@ -1,0 +1,79 @@
+// Session: one conversation's state (KV cache, token history) and the generation loop:
+// prefill in chunks, then decode until max tokens, an end-of-generation token or a stop string.
+// Every forward pass goes through a TokenBatch; the sampler is position-seeded, so the same
+// (seed, prompt) gives the same text.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "models/kv_cache.h"
+#include "models/model.h"
+#include "sampling/sampler.h"
+#include "tokenizer/tokenizer.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;
+  int max_tokens = 256;
+  SamplingParams sampling;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+};
+
+struct GenerationStats {
+  int prompt_tokens = 0;
+  int cached_prompt_tokens = 0;  // reused from the previous turn's KV cache
+  int generated_tokens = 0;
+  int forward_passes = 0;  // passes that produced generated tokens (the last prefill chunk counts)
+  double ttft_ms = 0;      // request start to the first generated token
+  double prefill_ms = 0;
+  double decode_ms = 0;  // after the first token
+  size_t peak_rss_bytes = 0;
+  std::string finish_reason;  // "length", "stop" (EOS or stop string), "cancelled"
+
+  double prefill_tokens_per_second() const;
+  double decode_tokens_per_second() const;
+  double tokens_per_pass() const;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> tokens;  // generated ids (including a final EOS, if one ended the text)
+  std::string text;             // the emitted text (stop strings removed)
+  GenerationStats stats;
+};
+
+// Receives each newly emitted text piece; returning false cancels the generation.
+using TextCallback = std::function<bool(const std::string& piece)>;
+
+class Session {
+ public:
+  Session(Model& model, const Tokenizer& tokenizer, ThreadPool& pool, int context_size,
+          int prefill_chunk = 512);
+
+  int context_size() const { return kv_.capacity(); }
+  const std::vector<int32_t>& history() const { return history_; }
+
+  Expected<GenerationResult> generate(const GenerateRequest& request, const TextCallback& on_text);
+
+ private:
+  // Feeds tokens [history_.size() - n, history_.size()) through the model, committing them;
+  // leaves the logits of the last one in logits_.
+  Status prefill(int n_new);
+
+  Model& model_;
+  const Tokenizer& tokenizer_;
+  ThreadPool& pool_;
+  KvCache kv_;
+  int prefill_chunk_;
+  std::vector<int32_t> history_;  // committed tokens: kv_ holds exactly these
+  std::vector<float> logits_;
+  TokenBatch batch_;
+};
+
+}  // namespace salvo

@@ -1,0 +1,65 @@
+// Per-layer key/value cache for several sequences. Each sequence owns `capacity` slots per layer:
+// slots [0, committed) hold committed tokens (slot i = position i); the rows of the forward pass
+// in flight are written behind them, in batch order (the "suffix"). commit() keeps the accepted
+// suffix rows by moving them down into committed slots; everything else in the suffix is simply
+// forgotten (rollback costs nothing and nothing is recomputed).
+//
+// Memory: [n_layer][n_seq][capacity][kv_width] floats for K and likewise for V, allocated without
+// touching the pages, so RSS grows with the tokens actually used.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "models/config.h"
+#include "util/status.h"
+
+namespace salvo {
+
+class KvCache {
+ public:
+  KvCache(const ModelConfig& config, int n_seq, int capacity);
+
+  int n_seq() const { return n_seq_; }
+  int capacity() const { return capacity_; }
+  int committed(int seq) const { return committed_[seq]; }
+  size_t bytes() const;
+  int key_width() const { return kv_width_; }
+  int value_width() const { return v_width_; }
+
+  // [kv_width] / [v_width] floats of one slot.
+  float* key(int layer, int seq, int slot) { return k_.get() + offset(layer, seq, slot, kv_width_); }
+  float* value(int layer, int seq, int slot) { return v_.get() + offset(layer, seq, slot, v_width_); }
+  const float* key(int layer, int seq, int slot) const {
+    return k_.get() + offset(layer, seq, slot, kv_width_);
+  }
+  const float* value(int layer, int seq, int slot) const {
+    return v_.get() + offset(layer, seq, slot, v_width_);
+  }
+
+  // Checks that `n_rows` more rows fit behind the committed ones of `seq`.
+  Status reserve_suffix(int seq, int n_rows) const;
+
+  // Keeps the given suffix rows (indices into the sequence's rows of the last batch, strictly
+  // increasing) as the next committed tokens, in that order.
+  void commit(int seq, std::span<const int32_t> accepted_suffix_rows);
+  // Keeps the first n suffix rows (a chain or a prefill chunk).
+  void commit_prefix(int seq, int n_rows);
+  // Forgets the whole sequence.
+  void clear(int seq) { committed_[seq] = 0; }
+  // Forgets committed tokens from position `keep` on.
+  void truncate(int seq, int keep);
+
+ private:
+  size_t offset(int layer, int seq, int slot, int width) const {
+    return ((static_cast<size_t>(layer) * n_seq_ + seq) * capacity_ + slot) * width;
+  }
+
+  int n_layer_, n_seq_, capacity_, kv_width_, v_width_;
+  std::unique_ptr<float[]> k_, v_;
+  std::vector<int> committed_;
+};
+
+}  // namespace salvo

@@ -1,0 +1,132 @@
+#include "models/layers.h"
+
+#include <cmath>
+#include <cstring>
+
+namespace salvo {
+
+const GgufTensorInfo* TensorBinder::find(const std::string& name) {
+  const GgufTensorInfo* info = gguf_.find_tensor(name);
+  if (info == nullptr && status_.ok()) {
+    status_ = Status::error("tensor '" + name + "' is missing");
+  }
+  return info;
+}
+
+WeightView TensorBinder::matrix(const std::string& name, int64_t n_in, int64_t n_out) {
+  WeightView view;
+  const GgufTensorInfo* info = find(name);
+  if (info == nullptr) return view;
+  if (info->dims.size() != 2 || info->dims[0] != n_in || info->dims[1] != n_out) {
+    if (status_.ok()) {
+      status_ = Status::error("tensor '" + name + "' has shape " + std::to_string(info->dims[0]) +
+                              (info->dims.size() > 1 ? "x" + std::to_string(info->dims[1]) : "") +
+                              ", expected " + std::to_string(n_in) + "x" + std::to_string(n_out));
+    }
+    return view;
+  }
+  view.type = info->type;
+  view.data = gguf_.tensor_data(*info);
+  view.n_in = n_in;
+  view.n_out = n_out;
+  bytes_bound_ += info->size_bytes;
+  return view;
+}
+
+const float* TensorBinder::vector(const std::string& name, int64_t n) {
+  const GgufTensorInfo* info = find(name);
+  if (info == nullptr) return nullptr;
+  if (info->type != DType::kF32 || info->n_elements != n) {
+    if (status_.ok()) {
+      status_ = Status::error("tensor '" + name + "' must be F32 with " + std::to_string(n) +
+                              " elements, found " + std::string(dtype_name(static_cast<uint32_t>(info->type))) +
+                              " with " + std::to_string(info->n_elements));
+    }
+    return nullptr;
+  }
+  bytes_bound_ += info->size_bytes;
+  return reinterpret_cast<const float*>(gguf_.tensor_data(*info));
+}
+
+Linear TensorBinder::linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias) {
+  Linear l;
+  l.weight = matrix(name + ".weight", n_in, n_out);
+  if (with_bias) l.bias = vector(name + ".bias", n_out);
+  return l;
+}
+
+void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n_rows, float* y,
+                    MatmulScratch& scratch) {
+  matmul(pool, l.weight, x, n_rows, y, scratch);
+  if (l.bias != nullptr) ops::add_bias(y, l.bias, n_rows, static_cast<int>(l.weight.n_out));
+}
+
+void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,
+              const float* k, const float* v) {
+  const size_t kw = kv.key_width(), vw = kv.value_width();
+  for (int32_t r = 0; r < batch.size(); ++r) {
+    const int seq = batch.seq_ids[r];
+    std::memcpy(kv.key(layer, seq, layout.slot[r]), k + r * kw, kw * sizeof(float));
+    std::memcpy(kv.value(layer, seq, layout.slot[r]), v + r * vw, vw * sizeof(float));
+  }
+}
+
+void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
+                   const float* norm, float eps, const WeightView& head, Scratch& s,
+                   std::vector<float>& logits) {
+  // Only the rows whose logits are read go through the LM head: in prefill that is one row.
+  const int n_out = batch.n_logit_rows();
+  s.logit_rows.resize(static_cast<size_t>(n_out) * n_embd);
+  int j = 0;
+  for (int32_t r = 0; r < batch.size(); ++r) {
+    if (!batch.want_logits[r]) continue;
+    std::memcpy(&s.logit_rows[static_cast<size_t>(j) * n_embd], x + static_cast<size_t>(r) * n_embd,
+                n_embd * sizeof(float));
+    ++j;
+  }
+  ops::rms_norm(s.logit_rows.data(), norm, s.logit_rows.data(), n_out, n_embd, eps);
+  logits.resize(static_cast<size_t>(n_out) * head.n_out);
+  matmul(pool, head, s.logit_rows.data(), n_out, logits.data(), s.matmul);
+}
+
+Status read_common_config(const GgufFile& gguf, ModelConfig& c) {
+  const std::string& a = c.arch;
+  auto need = [&](const std::string& key, int& out) -> Status {
+    auto v = gguf.get_int(a + "." + key);
+    if (!v.ok()) return v.status();
+    if (*v <= 0 || *v > (1 << 24)) {
+      return Status::error("metadata '" + a + "." + key + "' = " + std::to_string(*v) + " is out of range");
+    }
+    out = static_cast<int>(*v);
+    return Status();
+  };
+  SALVO_RETURN_IF_ERROR(need("block_count", c.n_layer));
+  SALVO_RETURN_IF_ERROR(need("embedding_length", c.n_embd));
+  SALVO_RETURN_IF_ERROR(need("feed_forward_length", c.n_ff));
+  SALVO_RETURN_IF_ERROR(need("attention.head_count", c.n_head));
+  c.n_head_kv = static_cast<int>(gguf.get_int_or(a + ".attention.head_count_kv", c.n_head));
+  if (c.n_head_kv <= 0 || c.n_head % c.n_head_kv != 0) {
+    return Status::error("attention.head_count_kv " + std::to_string(c.n_head_kv) +
+                         " does not divide head_count " + std::to_string(c.n_head));
+  }
+  c.head_dim = static_cast<int>(gguf.get_int_or(a + ".attention.key_length", c.n_embd / c.n_head));
+  c.head_dim_v = static_cast<int>(gguf.get_int_or(a + ".attention.value_length", c.head_dim));
+  if (c.head_dim <= 0 || c.head_dim_v <= 0 || c.head_dim % 2 != 0) {
+    return Status::error("invalid head size " + std::to_string(c.head_dim));
+  }
+  c.n_rot = static_cast<int>(gguf.get_int_or(a + ".rope.dimension_count", c.head_dim));
+  if (c.n_rot <= 0 || c.n_rot > c.head_dim || c.n_rot % 2 != 0) {
+    return Status::error("invalid rope.dimension_count " + std::to_string(c.n_rot));
+  }
+  c.n_ctx_train = static_cast<int>(gguf.get_int_or(a + ".context_length", 4096));
+  c.rms_eps = static_cast<float>(gguf.get_float_or(a + ".attention.layer_norm_rms_epsilon", 1e-6));
+  c.rope_base = static_cast<float>(gguf.get_float_or(a + ".rope.freq_base", 10000.0));
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  c.name = gguf.get_string_or("general.name", a);
+  auto tokens = gguf.find("tokenizer.ggml.tokens");
+  c.n_vocab = tokens != nullptr ? static_cast<int>(tokens->array_size()) : 0;
+  c.layer_sliding.assign(c.n_layer, 0);
+  return Status();
+}
+
+}  // namespace salvo

@@ -1,0 +1,67 @@
+// The shared vocabulary the architectures are written in: tensor binding, linear layers,
+// attention and feed-forward blocks over [n_rows, width] float32 activations.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "backends/cpu/matmul.h"
+#include "io/gguf.h"
+#include "models/config.h"
+#include "models/kv_cache.h"
+#include "models/token_batch.h"
+#include "ops/ops.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+
+struct Linear {
+  WeightView weight;
+  const float* bias = nullptr;  // [n_out] or null
+};
+
+// Finds tensors by name and checks their shapes; collects the first error.
+class TensorBinder {
+ public:
+  explicit TensorBinder(const GgufFile& gguf) : gguf_(gguf) {}
+  // A matrix [n_out, n_in] (GGUF dims {n_in, n_out}).
+  WeightView matrix(const std::string& name, int64_t n_in, int64_t n_out);
+  // An F32 vector of n elements.
+  const float* vector(const std::string& name, int64_t n);
+  Linear linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias = false);
+  bool has(const std::string& name) const { return gguf_.find_tensor(name) != nullptr; }
+  const Status& status() const { return status_; }
+  size_t bytes_bound() const { return bytes_bound_; }
+
+ private:
+  const GgufTensorInfo* find(const std::string& name);
+  const GgufFile& gguf_;
+  Status status_;
+  size_t bytes_bound_ = 0;
+};
+
+// Reusable activation buffers of one forward pass.
+struct Scratch {
+  std::vector<float> x, h, q, k, v, attn, gate, up, logit_rows;
+  ops::BatchLayout layout;
+  MatmulScratch matmul;
+};
+
+// y = x W^T (+ b): [n_rows, n_out]
+void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n_rows, float* y,
+                    MatmulScratch& scratch);
+
+// Stores this layer's K/V rows ([n_rows, kv_width] / [n_rows, v_width]) into their suffix slots.
+void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,
+              const float* k, const float* v);
+
+// The final norm and LM head on the rows that want logits.
+void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
+                   const float* norm, float eps, const WeightView& head, Scratch& s,
+                   std::vector<float>& logits);
+
+// Common metadata of `<arch>.*` keys.
+Status read_common_config(const GgufFile& gguf, ModelConfig& config);
+
+}  // namespace salvo

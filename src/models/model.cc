@@ -1,0 +1,60 @@
+#include "models/model.h"
+
+#include <string>
+
+#include "models/architectures.h"
+
+namespace salvo {
+
+Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                      std::vector<float>& logits) {
+  const int32_t n = batch.size();
+  if (n == 0) return Status::error("empty batch");
+  if (batch.positions.size() != static_cast<size_t>(n) || batch.seq_ids.size() != static_cast<size_t>(n) ||
+      batch.parents.size() != static_cast<size_t>(n) || batch.subtree_end.size() != static_cast<size_t>(n) ||
+      batch.want_logits.size() != static_cast<size_t>(n)) {
+    return Status::error("malformed batch: field lengths differ");
+  }
+  std::vector<int32_t> rows_per_seq(kv.n_seq(), 0);
+  for (int32_t r = 0; r < n; ++r) {
+    if (batch.tokens[r] < 0 || batch.tokens[r] >= config_.n_vocab) {
+      return Status::error("token id " + std::to_string(batch.tokens[r]) + " at batch row " +
+                           std::to_string(r) + " is outside the vocabulary of " +
+                           std::to_string(config_.n_vocab));
+    }
+    const int32_t seq = batch.seq_ids[r];
+    if (seq < 0 || seq >= kv.n_seq()) {
+      return Status::error("sequence id " + std::to_string(seq) + " out of range");
+    }
+    if (batch.subtree_end[r] < r || batch.subtree_end[r] >= n || batch.parents[r] >= r) {
+      return Status::error("malformed batch: row " + std::to_string(r) + " breaks DFS order");
+    }
+    ++rows_per_seq[seq];
+  }
+  for (int seq = 0; seq < kv.n_seq(); ++seq) {
+    SALVO_RETURN_IF_ERROR(kv.reserve_suffix(seq, rows_per_seq[seq]));
+  }
+  forward_layers(pool, batch, kv, logits);
+  return Status();
+}
+
+Expected<std::unique_ptr<Model>> load_model(const std::string& path) {
+  SALVO_ASSIGN_OR_RETURN(std::unique_ptr<GgufFile> gguf, GgufFile::open(path));
+  auto arch = gguf->get_string("general.architecture");
+  if (!arch.ok()) return arch.status().with_context(path);
+  Expected<std::unique_ptr<Model>> model = Status::error("unreachable");
+  if (*arch == "llama") {
+    model = load_llama(std::move(gguf));
+  } else if (*arch == "qwen2") {
+    model = load_qwen2(std::move(gguf));
+  } else if (*arch == "gemma3") {
+    model = load_gemma3(std::move(gguf));
+  } else {
+    return Status::error(path + ": architecture '" + *arch +
+                         "' is not supported (supported: llama, qwen2, gemma3)");
+  }
+  if (!model.ok()) return model.status().with_context(path);
+  return model;
+}
+
+}  // namespace salvo

@@ -1,0 +1,46 @@
+// A decoder-only transformer loaded from GGUF. Each architecture (llama.cc, qwen2.cc,
+// gemma3.cc) parses its hyper-parameters, binds its tensors and writes its forward pass with
+// the helpers of layers.h. Weights are used in place from the memory map.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "io/gguf.h"
+#include "models/config.h"
+#include "models/kv_cache.h"
+#include "models/token_batch.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+
+class Model {
+ public:
+  virtual ~Model() = default;
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& gguf() const { return *gguf_; }
+  // Bytes of weights one forward pass reads (every tensor but the embedding table).
+  size_t weight_bytes_per_pass() const { return weight_bytes_per_pass_; }
+
+  // Runs every row of the batch. K/V of each row are written to the suffix region of its
+  // sequence in `kv` (nothing is committed here: the caller commits what it keeps). Logits of
+  // the rows with want_logits are written to `logits` as [n_logit_rows, n_vocab], in row order.
+  // Not thread-safe: one forward at a time per model (the scratch lives in the model).
+  Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits);
+
+ protected:
+  virtual void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                              std::vector<float>& logits) = 0;
+
+  ModelConfig config_;
+  std::unique_ptr<GgufFile> gguf_;
+  size_t weight_bytes_per_pass_ = 0;
+};
+
+// Loads any supported architecture; the error names what is missing or unsupported.
+Expected<std::unique_ptr<Model>> load_model(const std::string& path);
+
+}  // namespace salvo

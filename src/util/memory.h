@@ -1,0 +1,29 @@
+// Process memory figures for the statistics `salvo run` and `salvo bench` print.
+#pragma once
+
+#include <sys/resource.h>
+
+#include <cstddef>
+#include <cstdio>
+#include <unistd.h>
+
+namespace salvo {
+
+// Peak resident set size of this process so far, in bytes.
+inline size_t peak_rss_bytes() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
+}
+
+// Current resident set size in bytes (0 if /proc is unavailable).
+inline size_t current_rss_bytes() {
+  std::FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return 0;
+  long pages_total = 0, pages_resident = 0;
+  const int got = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
+  std::fclose(f);
+  return got == 2 ? static_cast<size_t>(pages_resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+}
+
+}  // namespace salvo
