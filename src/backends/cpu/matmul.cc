@@ -1,0 +1,164 @@
+// matmul: quantize the activations once, then every thread takes a contiguous share of weight
+// rows. Within a share, weight rows are walked in small tiles that stay in L1/L2 while the
+// activation rows pass over them in groups of kMaxDotActs, so each unpacked weight block serves
+// several activation rows and a weight row is streamed from memory once per call.
+#include "backends/cpu/matmul.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "backends/cpu/dot.h"
+#include "backends/cpu/quantize_acts.h"
+#include "util/check.h"
+
+namespace salvo {
+namespace cpu {
+namespace {
+
+// Weight bytes per tile: small enough to stay in L1 (48 KiB here) next to kMaxDotActs
+// activation rows, large enough that the per-tile loop overhead is negligible.
+constexpr size_t kTileWeightBytes = 24 * 1024;
+
+bool machine_has_avx2() {
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+}
+
+bool machine_has_avx512() {
+  return machine_has_avx2() && __builtin_cpu_supports("avx512f") &&
+         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512dq") && __builtin_cpu_supports("avx512vnni");
+}
+
+struct KernelTables {
+  CpuKernels portable, avx2, avx512;
+  bool has_avx2 = false, has_avx512 = false;
+  const CpuKernels* chosen = nullptr;
+};
+
+const KernelTables& tables() {
+  // Immutable after construction: the tables describe the machine, not any session.
+  static const KernelTables t = [] {
+    KernelTables t;
+    __builtin_cpu_init();
+    fill_portable_kernels(t.portable);
+    t.has_avx2 = machine_has_avx2();
+    t.has_avx512 = machine_has_avx512();
+    t.avx2 = t.portable;
+    if (t.has_avx2) fill_avx2_kernels(t.avx2);
+    t.avx512 = t.avx2;
+    if (t.has_avx512) fill_avx512_kernels(t.avx512);
+    t.chosen = t.has_avx512 ? &t.avx512 : t.has_avx2 ? &t.avx2 : &t.portable;
+    if (const char* forced = std::getenv("SALVO_CPU_PATH")) {
+      const CpuKernels* k = nullptr;
+      if (std::strcmp(forced, "portable") == 0) k = &t.portable;
+      if (std::strcmp(forced, "avx2") == 0 && t.has_avx2) k = &t.avx2;
+      if (std::strcmp(forced, "avx512") == 0 && t.has_avx512) k = &t.avx512;
+      if (k) {
+        t.chosen = k;
+      } else {
+        std::fprintf(stderr, "salvo: SALVO_CPU_PATH=%s is not available here; using %s\n", forced,
+                     t.chosen->name);
+      }
+    }
+    return t;
+  }();
+  return t;
+}
+
+}  // namespace
+
+WeightKind weight_kind(DType type) {
+  switch (type) {
+    case DType::kF32:
+      return WeightKind::kF32;
+    case DType::kF16:
+      return WeightKind::kF16;
+    case DType::kBF16:
+      return WeightKind::kBF16;
+    case DType::kQ4_0:
+      return WeightKind::kQ4_0;
+    case DType::kQ4_1:
+      return WeightKind::kQ4_1;
+    case DType::kQ5_0:
+      return WeightKind::kQ5_0;
+    case DType::kQ8_0:
+      return WeightKind::kQ8_0;
+    case DType::kQ4_K:
+      return WeightKind::kQ4_K;
+    case DType::kQ5_K:
+      return WeightKind::kQ5_K;
+    case DType::kQ6_K:
+      return WeightKind::kQ6_K;
+    default:
+      SALVO_CHECK_MSG(false, "weight type has no CPU matmul kernel");
+  }
+}
+
+const CpuKernels& cpu_kernels() { return *tables().chosen; }
+
+const CpuKernels* cpu_kernels_for(const char* path) {
+  const KernelTables& t = tables();
+  if (std::strcmp(path, "portable") == 0) return &t.portable;
+  if (std::strcmp(path, "avx2") == 0) return t.has_avx2 ? &t.avx2 : nullptr;
+  if (std::strcmp(path, "avx512") == 0) return t.has_avx512 ? &t.avx512 : nullptr;
+  return nullptr;
+}
+
+void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& w, const float* x,
+                 int64_t n_rows, float* y, MatmulScratch& scratch) {
+  SALVO_CHECK(w.data != nullptr && w.n_out > 0 && w.n_in > 0 && n_rows >= 0);
+  if (n_rows == 0) return;
+  const DotFn dot = kernels.dot[static_cast<int>(weight_kind(w.type))];
+  SALVO_CHECK(dot != nullptr);
+  const int64_t n_in = w.n_in, n_out = w.n_out;
+
+  const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
+  size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
+  if (activation_type(w.type) != DType::kF32) {
+    act_stride = activation_row_bytes(w.type, n_in);
+    // resize() never gives capacity back, so steady-state decode does not allocate.
+    if (scratch.acts.size() < act_stride * n_rows) scratch.acts.resize(act_stride * n_rows);
+    uint8_t* q = scratch.acts.data();
+    auto quantize = [&](int, int64_t begin, int64_t end) {
+      for (int64_t r = begin; r < end; ++r) {
+        quantize_activation_row(w.type, x + r * n_in, q + r * act_stride, n_in);
+      }
+    };
+    if (n_rows == 1) {
+      quantize(0, 0, 1);
+    } else {
+      pool.parallel_for(n_rows, quantize);
+    }
+    acts = q;
+  }
+
+  const size_t w_stride = row_bytes(w.type, n_in);
+  const auto* w_base = static_cast<const uint8_t*>(w.data);
+  const int64_t tile = std::max<int64_t>(1, static_cast<int64_t>(kTileWeightBytes / w_stride));
+  pool.parallel_for(n_out, [&](int, int64_t begin, int64_t end) {
+    float out[kMaxDotActs];
+    for (int64_t o0 = begin; o0 < end; o0 += tile) {
+      const int64_t o1 = std::min(end, o0 + tile);
+      for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxDotActs) {
+        const int nr = static_cast<int>(std::min<int64_t>(kMaxDotActs, n_rows - r0));
+        for (int64_t o = o0; o < o1; ++o) {
+          dot(n_in, w_base + o * w_stride, acts + r0 * act_stride, act_stride, nr, out);
+          for (int r = 0; r < nr; ++r) y[(r0 + r) * n_out + o] = out[r];
+        }
+      }
+    }
+  });
+}
+
+}  // namespace cpu
+
+void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_rows, float* y,
+            MatmulScratch& scratch) {
+  cpu::matmul_with(cpu::cpu_kernels(), pool, w, x, n_rows, y, scratch);
+}
+
+const char* cpu_kernel_path() { return cpu::cpu_kernels().name; }
+
+}  // namespace salvo

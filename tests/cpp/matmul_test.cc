@@ -1,0 +1,250 @@
+// CPU matmul against double-precision references, on every SIMD path this machine runs, plus
+// row invariance: a row's output must be bit-identical alone, in a 7-row or 64-row batch, and
+// with 1 or 2 threads.
+#include "backends/cpu/matmul.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/dot.h"
+#include "backends/cpu/quantize_acts.h"
+#include "quant/fp16.h"
+
+namespace salvo {
+namespace {
+
+constexpr const char* kPaths[] = {"portable", "avx2", "avx512"};
+
+// Random blocks whose scale fields hold sane fp16 values; the quant bytes stay random, which
+// exercises every bit pattern of the packed formats.
+std::vector<uint8_t> random_weights(DType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+  std::vector<uint8_t> data(row_bytes(type, n_in) * n_out);
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  auto scale = [&](float mag) { return fp32_to_fp16(mag * (0.25f + std::fabs(unit(rng)))); };
+  const int64_t n_elems = n_out * n_in;
+  const int64_t nb = n_elems / traits(type).block_size;
+  switch (type) {
+    case DType::kF32: {
+      auto* p = reinterpret_cast<float*>(data.data());
+      for (int64_t i = 0; i < n_elems; ++i) p[i] = unit(rng);
+      break;
+    }
+    case DType::kF16: {
+      auto* p = reinterpret_cast<fp16_t*>(data.data());
+      for (int64_t i = 0; i < n_elems; ++i) p[i] = fp32_to_fp16(unit(rng));
+      break;
+    }
+    case DType::kBF16: {
+      auto* p = reinterpret_cast<bf16_t*>(data.data());
+      for (int64_t i = 0; i < n_elems; ++i)
+        p[i] = static_cast<bf16_t>(fp32_to_bits(unit(rng)) >> 16);
+      break;
+    }
+    case DType::kQ4_0:
+      for (int64_t i = 0; i < nb; ++i)
+        reinterpret_cast<BlockQ4_0*>(data.data())[i].d = scale(0.02f);
+      break;
+    case DType::kQ4_1:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_1*>(data.data())[i];
+        b.d = scale(0.02f);
+        b.m = fp32_to_fp16(-8.0f * fp16_to_fp32(b.d) * (1.0f + 0.2f * unit(rng)));
+      }
+      break;
+    case DType::kQ5_0:
+      for (int64_t i = 0; i < nb; ++i)
+        reinterpret_cast<BlockQ5_0*>(data.data())[i].d = scale(0.01f);
+      break;
+    case DType::kQ8_0:
+      for (int64_t i = 0; i < nb; ++i)
+        reinterpret_cast<BlockQ8_0*>(data.data())[i].d = scale(0.001f);
+      break;
+    case DType::kQ4_K:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ4_K*>(data.data())[i];
+        b.d = scale(0.001f);
+        b.dmin = scale(0.001f);
+      }
+      break;
+    case DType::kQ5_K:
+      for (int64_t i = 0; i < nb; ++i) {
+        auto& b = reinterpret_cast<BlockQ5_K*>(data.data())[i];
+        b.d = scale(0.001f);
+        b.dmin = scale(0.001f);
+      }
+      break;
+    case DType::kQ6_K:
+      for (int64_t i = 0; i < nb; ++i)
+        reinterpret_cast<BlockQ6_K*>(data.data())[i].d = scale(0.0005f);
+      break;
+    default:
+      ADD_FAILURE() << "no generator for type";
+  }
+  return data;
+}
+
+std::vector<float> random_acts(int64_t n, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& v : x) v = normal(rng);
+  // A few outliers, as real hidden states have, stress the per-block activation scales.
+  for (int64_t i = 0; i < n; i += 97) x[i] *= 8.0f;
+  return x;
+}
+
+struct Case {
+  DType type;
+  int64_t n_in;
+};
+
+std::string case_name(const testing::TestParamInfo<Case>& info) {
+  return std::string(traits(info.param.type).name) + "_" + std::to_string(info.param.n_in);
+}
+
+class MatmulTest : public testing::TestWithParam<Case> {};
+
+TEST_P(MatmulTest, MatchesReferencesOnEveryPath) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 37, n_rows = 9;
+  std::mt19937 rng(1234 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  const auto x = random_acts(n_rows * n_in, rng);
+  const size_t w_stride = row_bytes(type, n_in);
+
+  // Weights and activations as the kernels see them, dequantized.
+  std::vector<float> wf(n_out * n_in), xq(n_rows * n_in);
+  for (int64_t o = 0; o < n_out; ++o)
+    dequantize_row(type, w.data() + o * w_stride, &wf[o * n_in], n_in);
+  const DType act_type = cpu::activation_type(type);
+  std::vector<uint8_t> qrow(cpu::activation_row_bytes(type, n_in));
+  for (int64_t r = 0; r < n_rows; ++r) {
+    cpu::quantize_activation_row(type, &x[r * n_in], qrow.data(), n_in);
+    dequantize_row(act_type, qrow.data(), &xq[r * n_in], n_in);
+  }
+
+  const WeightView view{type, w.data(), n_out, n_in};
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (const char* path : kPaths) {
+    const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
+    if (!kernels) continue;
+    SCOPED_TRACE(path);
+    std::vector<float> y(n_rows * n_out);
+    cpu::matmul_with(*kernels, pool, view, x.data(), n_rows, y.data(), scratch);
+    for (int64_t r = 0; r < n_rows; ++r) {
+      for (int64_t o = 0; o < n_out; ++o) {
+        double ref_q = 0, ref_f = 0, mag = 0, quant_err_bound = 0;
+        for (int64_t i = 0; i < n_in; i += 1) {
+          const double wi = wf[o * n_in + i];
+          ref_q += wi * xq[r * n_in + i];
+          ref_f += wi * x[r * n_in + i];
+          mag += std::fabs(wi * xq[r * n_in + i]);
+        }
+        // Activation quantization moves each element by at most half a step (plus the fp16
+        // rounding of the block scale), one step being the block's amax / 127.
+        const int bs = traits(act_type).block_size;
+        for (int64_t i = 0; i < n_in; ++i) {
+          const int64_t b0 = r * n_in + i / bs * bs;
+          float amax = 0;
+          for (int j = 0; j < bs && act_type != DType::kF32; ++j)
+            amax = std::max(amax, std::fabs(x[b0 + j]));
+          quant_err_bound += std::fabs(wf[o * n_in + i]) * amax / 127.0 * 0.57;
+        }
+        const float got = y[r * n_out + o];
+        // Float accumulation over blocks; Q4_1 also rounds the activation block sum to fp16.
+        const double tol_q = (type == DType::kQ4_1 ? 2e-3 : 2e-5) * mag + 1e-6;
+        EXPECT_NEAR(got, ref_q, tol_q) << "row " << r << " out " << o;
+        EXPECT_NEAR(got, ref_f, quant_err_bound + 2 * tol_q) << "row " << r << " out " << o;
+      }
+    }
+  }
+}
+
+TEST_P(MatmulTest, RowInvariantAcrossBatchAndThreads) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 29, n_rows = 64;
+  std::mt19937 rng(99 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  const auto x = random_acts(n_rows * n_in, rng);
+  const WeightView view{type, w.data(), n_out, n_in};
+  MatmulScratch scratch;
+  for (const char* path : kPaths) {
+    const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
+    if (!kernels) continue;
+    SCOPED_TRACE(path);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      std::vector<float> y64(n_rows * n_out), y7(7 * n_out), y1(n_out);
+      cpu::matmul_with(*kernels, pool, view, x.data(), n_rows, y64.data(), scratch);
+      cpu::matmul_with(*kernels, pool, view, x.data(), 7, y7.data(), scratch);
+      EXPECT_EQ(0, std::memcmp(y7.data(), y64.data(), y7.size() * sizeof(float))) << threads;
+      for (int64_t r : {0, 1, 3, 4, 5, 6, 33, 63}) {
+        cpu::matmul_with(*kernels, pool, view, &x[r * n_in], 1, y1.data(), scratch);
+        EXPECT_EQ(0, std::memcmp(y1.data(), &y64[r * n_out], n_out * sizeof(float)))
+            << "row " << r << " threads " << threads;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AllWeightTypes, MatmulTest,
+    testing::Values(Case{DType::kF32, 103}, Case{DType::kF32, 768}, Case{DType::kF16, 103},
+                    Case{DType::kF16, 768}, Case{DType::kBF16, 103}, Case{DType::kBF16, 768},
+                    Case{DType::kQ4_0, 160}, Case{DType::kQ4_0, 768}, Case{DType::kQ4_1, 160},
+                    Case{DType::kQ4_1, 768}, Case{DType::kQ5_0, 160}, Case{DType::kQ5_0, 768},
+                    Case{DType::kQ8_0, 160}, Case{DType::kQ8_0, 768}, Case{DType::kQ4_K, 768},
+                    Case{DType::kQ4_K, 1536}, Case{DType::kQ5_K, 768}, Case{DType::kQ6_K, 768},
+                    Case{DType::kQ6_K, 1536}),
+    case_name);
+
+TEST(QuantizeActs, Q8KMatchesGgmlRules) {
+  std::mt19937 rng(5);
+  auto x = random_acts(512, rng);
+  x[300] = -50.0f;  // the signed max of the second block is negative
+  std::vector<BlockQ8_K> q(2);
+  cpu::quantize_row_q8_k(x.data(), q.data(), 512);
+  EXPECT_EQ(q[1].qs[300 - 256], -127);
+  EXPECT_FLOAT_EQ(q[1].d, 50.0f / 127.0f);
+  for (const auto& b : q) {
+    for (int g = 0; g < 16; ++g) {
+      int sum = 0;
+      for (int j = 0; j < 16; ++j) sum += b.qs[g * 16 + j];
+      EXPECT_EQ(sum, b.bsums[g]);
+    }
+  }
+  std::vector<float> zeros(256, 0.0f);
+  cpu::quantize_row_q8_k(zeros.data(), q.data(), 256);
+  EXPECT_EQ(q[0].d, 0.0f);
+}
+
+TEST(QuantizeActs, Q8_0RoundsHalfToEven) {
+  std::vector<float> x(32, 0.0f);
+  x[0] = 127.0f;  // scale 1: every other value is quantized to its nearest integer
+  x[1] = 2.5f;
+  x[2] = -3.5f;
+  x[3] = 1.49f;
+  std::vector<BlockQ8_0> q(1);
+  cpu::quantize_row_q8_0(x.data(), q.data(), 32);
+  EXPECT_EQ(q[0].qs[0], 127);
+  EXPECT_EQ(q[0].qs[1], 2);
+  EXPECT_EQ(q[0].qs[2], -4);
+  EXPECT_EQ(q[0].qs[3], 1);
+  EXPECT_EQ(fp16_to_fp32(q[0].d), 1.0f);
+}
+
+TEST(CpuKernelPath, NamesAnAvailablePath) {
+  const std::string path = cpu_kernel_path();
+  EXPECT_TRUE(path == "portable" || path == "avx2" || path == "avx512") << path;
+  EXPECT_NE(cpu::cpu_kernels_for(path.c_str()), nullptr);
+}
+
+}  // namespace
+}  // namespace salvo
