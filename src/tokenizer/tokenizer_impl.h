@@ -1,0 +1,93 @@
+// Internal state shared by the tokenizer's translation units (not part of the public API).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+#include "tokenizer/pretokenize.h"
+#include "tokenizer/tokenizer.h"
+
+namespace salvo {
+
+// Attribute bits, as llama.cpp derives them from token types plus name-based fixes.
+enum TokenAttr : uint32_t {
+  kAttrUndefined = 0,
+  kAttrUnknown = 1u << 0,
+  kAttrUnused = 1u << 1,
+  kAttrNormal = 1u << 2,
+  kAttrControl = 1u << 3,
+  kAttrUserDefined = 1u << 4,
+  kAttrByte = 1u << 5,
+};
+
+struct StringHash {
+  using is_transparent = void;
+  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+};
+using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+
+// A byte-level BPE merge: ranks order merges (lower first); result is the interned id of the
+// merged string.
+struct BpeMerge {
+  int32_t rank;
+  int32_t result;
+};
+
+enum class VocabKind { kBpe, kSpm };
+
+struct Tokenizer::Impl {
+  VocabKind kind = VocabKind::kBpe;
+  PreTokenizer pre = PreTokenizer::kGpt2;
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<uint32_t> attrs;
+  StringIdMap token_ids;
+
+  int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1;
+  int32_t fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;  // end generation too
+  bool add_bos = false, add_eos = false, add_space_prefix = false;
+  std::vector<int32_t> eog_ids;  // sorted
+
+  // Special tokens in matching priority: longer first, then lower id.
+  std::vector<int32_t> special_tokens;
+  std::vector<int32_t> special_priority;  // by token id; -1 when not special
+  // Byte trie over the special tokens' texts, for finding every occurrence in one pass.
+  struct TrieNode {
+    std::vector<std::pair<uint8_t, int32_t>> children;  // sorted by byte
+    int32_t token = -1;
+  };
+  std::vector<TrieNode> special_trie;
+
+  // BPE: strings that merges can produce or consume, interned. Ids below n_vocab are tokens.
+  StringIdMap interned_ids;
+  std::vector<std::string> interned;  // only entries past the vocabulary
+  std::unordered_map<uint64_t, BpeMerge> merges;
+  int32_t byte_symbol[256];  // interned id of each byte's GPT-2 character
+
+  // SPM: byte fallback tokens <0x00>..<0xFF>.
+  int32_t byte_token[256];
+
+  int32_t n_vocab() const { return static_cast<int32_t>(tokens.size()); }
+  const std::string& interned_text(int32_t id) const {
+    return id < n_vocab() ? tokens[id] : interned[id - n_vocab()];
+  }
+  std::optional<int32_t> lookup(std::string_view text) const {
+    auto it = token_ids.find(text);
+    if (it == token_ids.end()) return std::nullopt;
+    return it->second;
+  }
+
+  Status init_bpe(const std::vector<std::string>& merge_lines);
+  void init_spm();
+  void init_special();
+
+  void encode_bpe(std::string_view text, std::vector<int32_t>& out) const;
+  void encode_spm(std::string_view text, std::vector<int32_t>& out) const;
+};
+
+}  // namespace salvo
