@@ -5,6 +5,7 @@
 #   scripts/setup.sh test    the above plus clang (fuzzer) and the Python test references
 set -euo pipefail
 mode=${1:-build}
+LLAMA_CPP_VERSION=0.3.36
 
 apt_packages=(cmake g++ make python3 python3-pip libfmt-dev nlohmann-json3-dev libcli11-dev
               libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
@@ -31,9 +32,21 @@ if [ "$mode" = test ]; then
   python3 -c "import gguf" 2>/dev/null || py_missing+=(gguf)
   python3 -c "import pytest" 2>/dev/null || py_missing+=(pytest)
   python3 -c "import jinja2" 2>/dev/null || py_missing+=(jinja2)
-  python3 -c "import llama_cpp" 2>/dev/null || py_missing+=(llama-cpp-python)
   if [ ${#py_missing[@]} -gt 0 ]; then
     echo "setup: pip installing ${py_missing[*]}"
     python3 -m pip install -q --disable-pip-version-check "${py_missing[@]}"
+  fi
+  # llama.cpp's AMX matmul (compiled in by -march=native on Sapphire Rapids) segfaults on this
+  # kind of machine, so the peer is built for the same ISA salvo dispatches to: AVX-512 + VNNI,
+  # no AMX. A marker file records that the installed copy was built this way.
+  marker=$(python3 -c "import site; print(site.getsitepackages()[0])")/llama_cpp_salvo_build
+  if ! python3 -c "import llama_cpp" 2>/dev/null || [ ! -f "$marker" ]; then
+    echo "setup: building llama-cpp-python ${LLAMA_CPP_VERSION} (several minutes, once)"
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
+-DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
+-DGGML_AVX_VNNI=ON" python3 -m pip install -q --disable-pip-version-check --force-reinstall \
+      --no-deps --no-cache-dir "llama-cpp-python==${LLAMA_CPP_VERSION}"
+    python3 -m pip install -q --disable-pip-version-check "llama-cpp-python==${LLAMA_CPP_VERSION}"
+    touch "$marker"
   fi
 fi
