@@ -4,9 +4,12 @@
 
 namespace salvo {
 namespace {
-// Spin this many polls before sleeping: decode issues hundreds of short jobs per token, and a
-// futex wake-up costs more than the job itself.
-constexpr int kSpinPolls = 20000;
+// Workers spin this many polls (~0.1 ms) before sleeping: decode issues hundreds of short jobs
+// per token, and a futex wake-up costs more than the job itself. Longer spins starve the
+// threads that have work when the machine has fewer free cores than the pool has threads.
+constexpr int kSpinPolls = 2000;
+// The caller spins this many polls for the last share, then yields its core to the workers.
+constexpr int kCallerSpinPolls = 200;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -42,7 +45,13 @@ void ThreadPool::run_on_all(const std::function<void(int)>& fn) {
   }
   wake_.notify_all();
   fn(0);
-  while (pending_.load(std::memory_order_acquire) != 0) cpu_relax();
+  for (int spin = 0; pending_.load(std::memory_order_acquire) != 0; ++spin) {
+    if (spin < kCallerSpinPolls) {
+      cpu_relax();
+    } else {
+      std::this_thread::yield();
+    }
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int, int64_t, int64_t)>& fn) {
