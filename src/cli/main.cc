@@ -1,6 +1,7 @@
 // salvo: local LLM inference that commits several tokens per forward pass.
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include "cli/commands.h"
 
@@ -15,6 +16,16 @@ int main(int argc, char** argv) {
   salvo::cli::add_tokenize_command(app);
   salvo::cli::add_template_command(app);
   salvo::cli::add_logits_command(app);
+  std::string names;
+  bool known = false;
+  for (const CLI::App* sub : app.get_subcommands({})) {
+    names += (names.empty() ? "" : ", ") + sub->get_name();
+    known |= argc > 1 && sub->get_name() == argv[1];
+  }
+  if (argc > 1 && argv[1][0] != '-' && !known) {
+    std::fprintf(stderr, "salvo: unknown command '%s' (commands: %s)\n", argv[1], names.c_str());
+    return 2;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,0 +1,111 @@
+"""The salvo command line as a user meets it: streamed text with statistics, --json figures,
+bench and info tables, and one-line errors with a non-zero exit for wrong flags and bad files."""
+
+import json
+import os
+import subprocess
+
+import pytest
+
+from conftest import model_path_or_skip, salvo_bin_or_skip
+
+
+def salvo(*args, timeout=300):
+    return subprocess.run([salvo_bin_or_skip(), *args], capture_output=True, text=True,
+                          timeout=timeout)
+
+
+def one_line_error(proc):
+    assert proc.returncode != 0, proc.stdout
+    lines = [l for l in proc.stderr.strip().splitlines() if l.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("salvo: "), proc.stderr
+    return lines[0]
+
+
+def test_run_streams_text_then_statistics():
+    path = model_path_or_skip("smollm2-135m")
+    proc = salvo("run", "--model", path, "-m", "Name three colors.", "--max-tokens", "16",
+                 "--temperature", "0", "--seed", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip(), "no text was streamed"
+    for figure in ("time to first token", "prefill", "decode", "tokens per forward pass",
+                   "peak memory"):
+        assert figure in proc.stderr, proc.stderr
+
+
+def test_run_json_has_text_tokens_and_figures():
+    path = model_path_or_skip("smollm2-135m")
+    proc = salvo("run", "--model", path, "-m", "Count to five:", "--raw", "--max-tokens", "12",
+                 "--temperature", "0", "--json")
+    assert proc.returncode == 0, proc.stderr
+    out = json.loads(proc.stdout)
+    for key in ("text", "tokens", "prompt_tokens", "ttft_ms", "prefill_tps", "decode_tps",
+                "tokens_per_pass", "peak_rss_mb", "finish_reason"):
+        assert key in out, key
+    assert 0 < len(out["tokens"]) <= 12
+    assert out["tokens_per_pass"] >= 1.0
+    assert out["peak_rss_mb"] > 0
+
+
+def test_same_seed_same_text_at_temperature():
+    path = model_path_or_skip("smollm2-135m")
+    args = ("run", "--model", path, "-m", "Once upon a time", "--raw", "--max-tokens", "24",
+            "--temperature", "1.0", "--seed", "42", "--json")
+    a, b = json.loads(salvo(*args).stdout), json.loads(salvo(*args).stdout)
+    assert a["tokens"] == b["tokens"]
+
+
+def test_bench_prints_markdown_table_and_json():
+    path = model_path_or_skip("smollm2-135m")
+    proc = salvo("bench", "--model", path, "-p", "32", "-n", "8", "-r", "2")
+    assert proc.returncode == 0, proc.stderr
+    assert "| pp32 |" in proc.stdout.replace("  ", " ") or "pp32" in proc.stdout
+    assert "tg8" in proc.stdout and "±" in proc.stdout
+    out = json.loads(salvo("bench", "--model", path, "-p", "16", "-n", "4", "-r", "1",
+                           "--json").stdout)
+    assert [r["test"] for r in out["results"]] == ["pp16", "tg4"]
+
+
+def test_info_names_architecture_and_template():
+    path = model_path_or_skip("gemma3-270m")
+    proc = salvo("info", path)
+    assert proc.returncode == 0, proc.stderr
+    assert "gemma3" in proc.stdout
+
+
+@pytest.mark.parametrize("args, expected", [
+    (("run",), "--model"),
+    (("run", "--model", "smollm2-135m"), "prompt"),
+    (("run", "--model", "/nonexistent/model.gguf", "-m", "hi"), "neither a file nor a known name"),
+    (("run", "--model", "smollm2-135m", "-m", "hi", "--temperature", "-1"), "temperature"),
+    (("run", "--model", "smollm2-135m", "-m", "hi", "--top-p", "7"), "top-p"),
+    (("run", "--model", "smollm2-135m", "-m", "hi", "--no-such-flag"), "no-such-flag"),
+    (("bench", "--model", "smollm2-135m", "-r", "0"), "repetitions"),
+    (("pull", "no-such-model"), "unknown model"),
+    (("frobnicate",), "frobnicate"),
+])
+def test_wrong_usage_is_one_line_error(args, expected):
+    line = one_line_error(salvo(*args))
+    assert expected in line, line
+
+
+def test_corrupt_and_truncated_model_files(tmp_path):
+    path = model_path_or_skip("smollm2-135m")
+    with open(path, "rb") as f:
+        head = f.read(1 << 16)
+    truncated = tmp_path / "truncated.gguf"
+    truncated.write_bytes(head)
+    line = one_line_error(salvo("run", "--model", str(truncated), "-m", "hi"))
+    assert "truncated.gguf" in line
+    garbage = tmp_path / "garbage.gguf"
+    garbage.write_bytes(b"NOTGGUF" + os.urandom(4096))
+    line = one_line_error(salvo("info", str(garbage)))
+    assert "magic" in line.lower() or "gguf" in line.lower()
+
+
+def test_prompt_longer_than_context_is_refused():
+    path = model_path_or_skip("smollm2-135m")
+    line = one_line_error(salvo("run", "--model", path, "-m", "word " * 200, "--raw",
+                                "--ctx", "64", "--max-tokens", "4"))
+    assert "context" in line
