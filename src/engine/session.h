@@ -1,7 +1,8 @@
 // Session: one conversation's state (KV cache, token history) and the generation loop:
 // prefill in chunks, then decode until max tokens, an end-of-generation token or a stop string.
-// Every forward pass goes through a TokenBatch; the sampler is position-seeded, so the same
-// (seed, prompt) gives the same text.
+// Each decode pass verifies [last sampled token, draft tree...] in one TokenBatch and commits the
+// path the target itself samples; plain decoding is the empty tree. The sampler is
+// position-seeded, so the same (seed, prompt) gives the same text with or without speculation.
 #pragma once
 
 #include <functional>
@@ -12,6 +13,8 @@
 #include "models/kv_cache.h"
 #include "models/model.h"
 #include "sampling/sampler.h"
+#include "speculative/drafter.h"
+#include "speculative/verifier.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
@@ -24,6 +27,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  SpecOptions spec;  // kNone: plain decoding (every draft tree is empty)
 };
 
 struct GenerationStats {
@@ -37,9 +41,20 @@ struct GenerationStats {
   size_t peak_rss_bytes = 0;
   std::string finish_reason;  // "length", "stop" (EOS or stop string), "cancelled"
 
+  // Speculation. Depth d (1-based) is "tested" in a verification pass when the target's walk
+  // reached a node (or the root) with draft children at depth d, and "accepted" when the walk
+  // moved on to one of them.
+  int drafted_nodes = 0;          // tree nodes verified, over all passes
+  int accepted_draft_tokens = 0;  // of those, tokens on accepted paths
+  std::vector<int> tested_per_depth, accepted_per_depth;
+  double draft_ms = 0;  // time spent in the drafter (part of decode_ms)
+
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;
   double tokens_per_pass() const;
+  // accepted / tested for each depth, from 1.
+  std::vector<double> acceptance_per_depth() const;
+  double draft_share() const;  // draft_ms / decode_ms
 };
 
 struct GenerationResult {
@@ -74,6 +89,11 @@ class Session {
   std::vector<int32_t> history_;  // committed tokens: kv_ holds exactly these
   std::vector<float> logits_;
   TokenBatch batch_;
+  // Kept across turns so an n-gram index only has to learn the new tokens.
+  std::unique_ptr<Drafter> drafter_;
+  SpecMode drafter_mode_ = SpecMode::kNone;
+  uint64_t drafter_seed_ = 0;
+  Verifier verifier_;
 };
 
 }  // namespace salvo

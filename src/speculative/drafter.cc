@@ -1,0 +1,170 @@
+#include "speculative/drafter.h"
+
+#include <algorithm>
+#include <random>
+
+#include "speculative/ngram_drafter.h"
+
+namespace salvo {
+namespace {
+
+constexpr struct {
+  SpecMode mode;
+  const char* name;
+} kSpecModeNames[] = {
+    {SpecMode::kNone, "none"},     {SpecMode::kNgram, "ngram"}, {SpecMode::kAuto, "auto"},
+    {SpecMode::kRandom, "random"}, {SpecMode::kWrong, "wrong"}, {SpecMode::kDeep, "deep"},
+};
+
+// The token that followed the most recent earlier occurrence of context[at], or -1. A cheap
+// "plausible" guess that the target often accepts on repetitive text.
+int32_t bigram_guess(std::span<const int32_t> context, size_t at) {
+  for (size_t i = at; i-- > 0;) {
+    if (context[i] == context[at]) return context[i + 1];
+  }
+  return -1;
+}
+
+// The testing drafters draw from a generator seeded by (seed, context length), so a run is
+// reproducible whatever happened before.
+std::mt19937_64 rng_for(uint64_t seed, size_t context_size) {
+  std::seed_seq seq{static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32),
+                    static_cast<uint32_t>(context_size)};
+  return std::mt19937_64(seq);
+}
+
+class RandomDrafter : public Drafter {
+ public:
+  RandomDrafter(int32_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), seed_(seed) {}
+
+  DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
+    DraftTree tree;
+    if (context.empty() || budget <= 0 || max_depth <= 0) return tree;
+    auto rng = rng_for(seed_, context.size());
+    const int n_nodes = std::uniform_int_distribution<int>(0, budget)(rng);
+    // `path`: ancestors of the next node in DFS order (-1 = root); the new node's parent is
+    // drawn from it, which is exactly the set of parents keeping the DFS order.
+    std::vector<int32_t> path = {-1};
+    std::vector<int32_t> path_tokens = {context.back()};
+    for (int attempt = 0; tree.size() < n_nodes && attempt < 4 * budget; ++attempt) {
+      const size_t cut = std::uniform_int_distribution<size_t>(0, path.size() - 1)(rng);
+      if (static_cast<int>(cut) >= max_depth) continue;
+      path.resize(cut + 1);
+      path_tokens.resize(cut + 1);
+      int32_t token = -1;
+      const int kind = std::uniform_int_distribution<int>(0, 3)(rng);
+      if (kind <= 1) {
+        // Plausible: what followed the parent's token last time in the context.
+        for (size_t i = context.size() - 1; i-- > 0;) {
+          if (context[i] == path_tokens.back()) {
+            token = context[i + 1];
+            break;
+          }
+        }
+      } else if (kind == 2) {
+        token = context[std::uniform_int_distribution<size_t>(0, context.size() - 1)(rng)];
+      }
+      if (token < 0) token = std::uniform_int_distribution<int32_t>(0, n_vocab_ - 1)(rng);
+      if (tree.find_child(path.back(), token) >= 0) continue;
+      path.push_back(tree.add(path.back(), token));
+      path_tokens.push_back(token);
+    }
+    return tree;
+  }
+
+ private:
+  int32_t n_vocab_;
+  uint64_t seed_;
+};
+
+class WrongDrafter : public Drafter {
+ public:
+  WrongDrafter(int32_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), seed_(seed) {}
+
+  DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
+    DraftTree tree;
+    if (budget <= 0 || max_depth <= 0) return tree;
+    auto rng = rng_for(seed_, context.size());
+    std::uniform_int_distribution<int32_t> any_token(0, n_vocab_ - 1);
+    // A chain as deep as allowed, then the rest of the budget as siblings at depth 1: the
+    // widest and the deepest tree the budget allows, of tokens the target almost never picks.
+    int32_t parent = -1;
+    for (int d = 0; d < std::min(budget, max_depth); ++d) parent = tree.add(parent, any_token(rng));
+    for (int attempt = 0; tree.size() < budget && attempt < 4 * budget; ++attempt) {
+      const int32_t token = any_token(rng);
+      if (tree.find_child(-1, token) < 0) tree.add(-1, token);
+    }
+    return tree;
+  }
+
+ private:
+  int32_t n_vocab_;
+  uint64_t seed_;
+};
+
+class DeepDrafter : public Drafter {
+ public:
+  DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
+    DraftTree tree;
+    if (context.empty()) return tree;
+    // Follows bigrams from the root: a long chain that is partly accepted on repetitive text,
+    // so deep commits with moved K/V rows get exercised.
+    std::vector<int32_t> chain(context.begin(), context.end());
+    int32_t parent = -1;
+    for (int d = 0; d < std::min(budget, max_depth); ++d) {
+      int32_t token = bigram_guess(chain, chain.size() - 1);
+      if (token < 0) token = chain.back();
+      parent = tree.add(parent, token);
+      chain.push_back(token);
+    }
+    return tree;
+  }
+};
+
+}  // namespace
+
+Expected<SpecMode> parse_spec_mode(const std::string& name) {
+  for (const auto& entry : kSpecModeNames) {
+    if (name == entry.name) return entry.mode;
+  }
+  return Status::error("unknown speculation mode '" + name + "' (expected none, ngram or auto)");
+}
+
+const char* spec_mode_name(SpecMode mode) {
+  for (const auto& entry : kSpecModeNames) {
+    if (mode == entry.mode) return entry.name;
+  }
+  return "?";
+}
+
+Status SpecOptions::validate() const {
+  if (budget < 0 || budget > 1024) {
+    return Status::error("speculation budget " + std::to_string(budget) +
+                         " is out of range [0, 1024] (tree nodes per pass)");
+  }
+  if (depth < 0 || depth > 256) {
+    return Status::error("speculation depth " + std::to_string(depth) +
+                         " is out of range [0, 256]");
+  }
+  return Status();
+}
+
+std::unique_ptr<Drafter> make_drafter(SpecMode mode, int32_t n_vocab, uint64_t seed) {
+  switch (mode) {
+    case SpecMode::kNone:
+      return nullptr;
+    case SpecMode::kNgram:
+      return std::make_unique<NgramDrafter>();
+    case SpecMode::kAuto:
+      return std::make_unique<NgramDrafter>(NgramOptions{.min_n = 2});
+    case SpecMode::kRandom:
+      return std::make_unique<RandomDrafter>(n_vocab, seed);
+    case SpecMode::kWrong:
+      return std::make_unique<WrongDrafter>(n_vocab, seed);
+    case SpecMode::kDeep:
+      return std::make_unique<DeepDrafter>();
+  }
+  return nullptr;
+}
+
+}  // namespace salvo

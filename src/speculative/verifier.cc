@@ -1,0 +1,43 @@
+#include "speculative/verifier.h"
+
+#include "util/check.h"
+
+namespace salvo {
+
+std::vector<int32_t> AcceptResult::tokens(const DraftTree& tree) const {
+  std::vector<int32_t> out;
+  out.reserve(path.size() + 1);
+  for (int32_t node : path) out.push_back(tree.nodes()[node].token);
+  out.push_back(bonus_token);
+  return out;
+}
+
+std::vector<int32_t> AcceptResult::kept_rows() const {
+  std::vector<int32_t> rows = {0};
+  for (int32_t node : path) rows.push_back(node + 1);
+  return rows;
+}
+
+AcceptResult Verifier::accept(const DraftTree& tree, std::span<const float> logits,
+                              Sampler& sampler, std::vector<int32_t>& history) const {
+  const size_t n_vocab = static_cast<size_t>(sampler.n_vocab());
+  SALVO_CHECK(logits.size() >= (static_cast<size_t>(tree.size()) + 1) * n_vocab);
+  AcceptResult result;
+  int32_t node = -1;  // the root
+  for (;;) {
+    const std::span<const float> row = logits.subspan((node + 1) * n_vocab, n_vocab);
+    const int32_t token = sampler.sample(row, static_cast<int64_t>(history.size()), history);
+    const int32_t child = tree.find_child(node, token);
+    if (child < 0) {
+      result.bonus_token = token;
+      // In DFS order a node's first child, if any, directly follows it.
+      result.rejected_draft = node + 1 < tree.size() && tree.nodes()[node + 1].parent == node;
+      return result;
+    }
+    result.path.push_back(child);
+    history.push_back(token);
+    node = child;
+  }
+}
+
+}  // namespace salvo
