@@ -8,8 +8,8 @@ Both sequences are cut after the first end-of-generation token (llama.cpp's EOG 
 
 Two int8-activation engines legitimately disagree where the top two logits are nearly tied, and after
 the first disagreement the texts are unrelated. So at the first divergence j we require that
-  * llama.cpp's top-2 logits at j differ by less than NEAR_TIE, and
-  * salvo's token is llama.cpp's second choice.
+  * llama.cpp's logit for salvo's token is within NEAR_TIE of its logit for its own token (the two
+    engines' choices are the near-tied top two; with a three-way tie salvo's may rank third).
 NEAR_TIE = 0.5 logits: against the exact NumPy reference, llama.cpp's own top-1 flips occurred at gaps
 <= 0.35 (gemma3-270m) and 0.03-1.07 elsewhere (test_numpy_ref); two engines each that far from exact can
 flip a gap of about twice one engine's error on a single logit, which for the 135M-1.5B models is ~0.1-0.3.
@@ -121,13 +121,16 @@ def test_greedy_matches_llama_cpp(name):
             continue
         logits = rows[j]
         order = np.argsort(-logits)
-        gap = float(logits[order[0]] - logits[order[1]])
-        second = int(order[1])
+        # The two engines' choices are the top two that matter: llama.cpp's logit for salvo's token
+        # must be within NEAR_TIE of its logit for its own (several candidates can tie, e.g. digits,
+        # so salvo's token need not be llama.cpp's second).
+        gap = float(logits[ref[j]] - logits[got[j]])
+        rank = int(np.where(order == got[j])[0][0]) + 1
         lines.append(f"  prompt {i:2d}: diverge at {j}: llama.cpp {ref[j]} salvo {got[j]} "
-                     f"(llama 2nd {second}, top-2 gap {gap:.3f})")
-        if got[j] != second or gap >= NEAR_TIE:
-            failures.append(f"prompt {i}: divergence at {j} is not a near tie: llama.cpp top-2 "
-                            f"{int(order[0])},{second} gap {gap:.3f} (limit {NEAR_TIE}); salvo chose {got[j]}")
+                     f"(rank {rank} for llama.cpp, logit gap {gap:.3f})")
+        if gap >= NEAR_TIE:
+            failures.append(f"prompt {i}: divergence at {j} is not a near tie: llama.cpp chose {ref[j]}, "
+                            f"salvo {got[j]} (rank {rank}), logit gap {gap:.3f} (limit {NEAR_TIE})")
     print(f"\n[{name}] {n_full}/{len(PROMPTS)} prompts matched fully "
           f"(salvo {t_salvo:.1f}s, llama.cpp {t_llama:.1f}s)\n" + "\n".join(lines))
     assert not failures, "\n".join(failures)
