@@ -5,13 +5,12 @@
 #include <cmath>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
-#include "cli/commands.h"
 #include "backends/cpu/matmul.h"
+#include "cli/commands.h"
 #include "engine/engine.h"
 #include "models/kv_cache.h"
 #include "util/memory.h"
@@ -140,10 +139,13 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt and generation throughput");
   cmd->add_option("--model", o->model, "model name or GGUF path")->required();
-  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (pp test)")->check(CLI::Range(0, 1 << 16));
-  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (tg test)")->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (pp test)")
+      ->check(CLI::Range(0, 1 << 16));
+  cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (tg test)")
+      ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(CLI::Range(1, 1000));
-  cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] { bench(*o); });
 }

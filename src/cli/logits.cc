@@ -46,7 +46,8 @@ void run_logits(const LogitsOptions& o) {
   const ModelConfig& c = (*model)->config();
   const int n = static_cast<int>(ids.size());
   KvCache kv(c, 1, n);
-  ThreadPool pool(o.threads > 0 ? o.threads : static_cast<int>(std::thread::hardware_concurrency()));
+  ThreadPool pool(o.threads > 0 ? o.threads
+                                : static_cast<int>(std::thread::hardware_concurrency()));
   // Optional chunking exercises the committed-prefix path of attention.
   const int chunk = o.chunk > 0 ? o.chunk : n;
   std::vector<float> all;
@@ -72,11 +73,13 @@ void run_logits(const LogitsOptions& o) {
 
 void add_logits_command(CLI::App& app) {
   auto opts = std::make_shared<LogitsOptions>();
-  auto* cmd = app.add_subcommand("logits", "Write the logits at every position (float32 [n, vocab])");
+  auto* cmd =
+      app.add_subcommand("logits", "Write the logits at every position (float32 [n, vocab])");
   cmd->add_option("--model", opts->model, "model name or GGUF path")->required();
   cmd->add_option("--tokens", opts->tokens, "comma-separated token ids")->required();
   cmd->add_option("--out", opts->out, "output file")->required();
-  cmd->add_option("--threads", opts->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  cmd->add_option("--threads", opts->threads, "threads (default: all cores)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--chunk", opts->chunk, "prefill chunk size (default: all at once)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->callback([opts] { run_logits(*opts); });

@@ -28,7 +28,8 @@ std::vector<int32_t> prepare_prompt(Engine& engine, const PromptOptions& o) {
       source = buffer.str();
     } else {
       auto builtin = default_chat_template_source(engine.model().gguf());
-      if (!builtin.ok()) throw CliError(builtin.status().message() + " (use --raw or --chat-template)");
+      if (!builtin.ok())
+        throw CliError(builtin.status().message() + " (use --raw or --chat-template)");
       source = *builtin;
     }
     auto tmpl = ChatTemplate::parse(source);

@@ -42,7 +42,8 @@ std::string models_dir() {
 
 void run_pull(const std::string& name) {
   const std::string script = repo_root() + "/scripts/models.py";
-  if (!is_file(script)) throw CliError("cannot find scripts/models.py (set SALVO_HOME to the salvo checkout)");
+  if (!is_file(script))
+    throw CliError("cannot find scripts/models.py (set SALVO_HOME to the salvo checkout)");
   pid_t pid = fork();
   if (pid == 0) {
     // stdout carries generated text in `salvo run`, so the download progress goes to stderr.
@@ -52,7 +53,8 @@ void run_pull(const std::string& name) {
   }
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) throw CliError("pulling '" + name + "' failed");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    throw CliError("pulling '" + name + "' failed");
 }
 
 }  // namespace

@@ -24,8 +24,8 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
                          " tokens but the embedding table has " +
                          std::to_string(engine->model_->config().n_vocab) + " rows");
   }
-  engine->pool_ = std::make_unique<ThreadPool>(options.threads > 0 ? options.threads
-                                                                   : default_thread_count());
+  engine->pool_ =
+      std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_thread_count());
   engine->load_ms_ =
       std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return engine;

@@ -39,10 +39,10 @@ std::string_view gguf_type_name(GgufType type);
 // type and fill exactly one of the vectors (nested arrays are kept as `arrays`).
 struct GgufValue {
   GgufType type = GgufType::kUint8;
-  uint64_t u = 0;  // kUint*, kBool
-  int64_t i = 0;   // kInt*
-  double f = 0;    // kFloat*
-  std::string s;   // kString
+  uint64_t u = 0;                         // kUint*, kBool
+  int64_t i = 0;                          // kInt*
+  double f = 0;                           // kFloat*
+  std::string s;                          // kString
   GgufType elem_type = GgufType::kUint8;  // for kArray
   std::vector<int64_t> ints;              // integer and bool arrays (uint64 above 2^63 is clamped)
   std::vector<double> floats;             // float arrays
@@ -97,7 +97,9 @@ class GgufFile {
 
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
   const GgufTensorInfo* find_tensor(std::string_view name) const;
-  const uint8_t* tensor_data(const GgufTensorInfo& info) const { return data_ + data_offset_ + info.offset; }
+  const uint8_t* tensor_data(const GgufTensorInfo& info) const {
+    return data_ + data_offset_ + info.offset;
+  }
   size_t data_offset() const { return data_offset_; }
 
  private:

@@ -8,7 +8,8 @@
 namespace salvo {
 
 enum class RopeMode {
-  kRopeNorm,  // rotates adjacent pairs (x[2i], x[2i+1]): GGUF llama (weights permuted at conversion)
+  kRopeNorm,  // rotates adjacent pairs (x[2i], x[2i+1]): GGUF llama (weights permuted at
+              // conversion)
   kRopeNeox,  // rotates halves (x[i], x[i + d/2]): qwen2, gemma3
 };
 
@@ -29,8 +30,8 @@ struct ModelConfig {
   float rope_base_local = 10000.0f;  // sliding-window layers (gemma3)
   int n_rot = 0;
   RopeMode rope_mode = RopeMode::kRopeNorm;
-  float attn_scale = 0.0f;        // softmax scale on q·k
-  int sliding_window = 0;         // 0 = none
+  float attn_scale = 0.0f;             // softmax scale on q·k
+  int sliding_window = 0;              // 0 = none
   std::vector<uint8_t> layer_sliding;  // per layer: uses the sliding window
 
   int q_width() const { return n_head * head_dim; }

@@ -19,7 +19,8 @@ KvCache::KvCache(const ModelConfig& config, int n_seq, int capacity)
       committed_(n_seq, 0) {}
 
 size_t KvCache::bytes() const {
-  return static_cast<size_t>(n_layer_) * n_seq_ * capacity_ * (kv_width_ + v_width_) * sizeof(float);
+  return static_cast<size_t>(n_layer_) * n_seq_ * capacity_ * (kv_width_ + v_width_) *
+         sizeof(float);
 }
 
 Status KvCache::reserve_suffix(int seq, int n_rows) const {

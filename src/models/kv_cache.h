@@ -30,8 +30,12 @@ class KvCache {
   int value_width() const { return v_width_; }
 
   // [kv_width] / [v_width] floats of one slot.
-  float* key(int layer, int seq, int slot) { return k_.get() + offset(layer, seq, slot, kv_width_); }
-  float* value(int layer, int seq, int slot) { return v_.get() + offset(layer, seq, slot, v_width_); }
+  float* key(int layer, int seq, int slot) {
+    return k_.get() + offset(layer, seq, slot, kv_width_);
+  }
+  float* value(int layer, int seq, int slot) {
+    return v_.get() + offset(layer, seq, slot, v_width_);
+  }
   const float* key(int layer, int seq, int slot) const {
     return k_.get() + offset(layer, seq, slot, kv_width_);
   }

@@ -39,7 +39,8 @@ const float* TensorBinder::vector(const std::string& name, int64_t n) {
   if (info->type != DType::kF32 || info->n_elements != n) {
     if (status_.ok()) {
       status_ = Status::error("tensor '" + name + "' must be F32 with " + std::to_string(n) +
-                              " elements, found " + std::string(dtype_name(static_cast<uint32_t>(info->type))) +
+                              " elements, found " +
+                              std::string(dtype_name(static_cast<uint32_t>(info->type))) +
                               " with " + std::to_string(info->n_elements));
     }
     return nullptr;
@@ -53,6 +54,19 @@ Linear TensorBinder::linear(const std::string& name, int64_t n_in, int64_t n_out
   l.weight = matrix(name + ".weight", n_in, n_out);
   if (with_bias) l.bias = vector(name + ".bias", n_out);
   return l;
+}
+
+void Scratch::prepare(const ModelConfig& c, const TokenBatch& batch, const KvCache& kv) {
+  const size_t n = static_cast<size_t>(batch.size());
+  x.resize(n * c.n_embd);
+  h.resize(n * c.n_embd);
+  q.resize(n * c.q_width());
+  k.resize(n * c.kv_width());
+  v.resize(n * c.v_width());
+  attn.resize(n * c.n_head * c.head_dim_v);
+  gate.resize(n * c.n_ff);
+  up.resize(n * c.n_ff);
+  layout.build(batch, kv);
 }
 
 void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n_rows, float* y,
@@ -95,7 +109,8 @@ Status read_common_config(const GgufFile& gguf, ModelConfig& c) {
     auto v = gguf.get_int(a + "." + key);
     if (!v.ok()) return v.status();
     if (*v <= 0 || *v > (1 << 24)) {
-      return Status::error("metadata '" + a + "." + key + "' = " + std::to_string(*v) + " is out of range");
+      return Status::error("metadata '" + a + "." + key + "' = " + std::to_string(*v) +
+                           " is out of range");
     }
     out = static_cast<int>(*v);
     return Status();

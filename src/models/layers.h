@@ -46,6 +46,8 @@ struct Scratch {
   std::vector<float> x, h, q, k, v, attn, gate, up, logit_rows;
   ops::BatchLayout layout;
   MatmulScratch matmul;
+  // Sizes the buffers for this batch and places its rows in the cache.
+  void prepare(const ModelConfig& c, const TokenBatch& batch, const KvCache& kv);
 };
 
 // y = x W^T (+ b): [n_rows, n_out]

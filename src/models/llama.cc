@@ -47,15 +47,7 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
   const ModelConfig& c = config_;
   const int64_t n = batch.size();
   Scratch& s = s_;
-  s.x.resize(n * c.n_embd);
-  s.h.resize(n * c.n_embd);
-  s.q.resize(n * c.q_width());
-  s.k.resize(n * c.kv_width());
-  s.v.resize(n * c.v_width());
-  s.attn.resize(n * c.n_head * c.head_dim_v);
-  s.gate.resize(n * c.n_ff);
-  s.up.resize(n * c.n_ff);
-  s.layout.build(batch, kv);
+  s.prepare(c, batch, kv);
 
   ops::embed(token_embd_, batch.tokens.data(), n, s.x.data());  // x: [n, n_embd]
   for (int il = 0; il < c.n_layer; ++il) {
@@ -70,10 +62,17 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     ops::rope(s.k.data(), batch.positions.data(), n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base,
               c.rope_mode);
     store_kv(kv, il, batch, s.layout, s.k.data(), s.v.data());
-    ops::attention(pool, {.batch = &batch, .layout = &s.layout, .kv = &kv, .layer = il,
-                          .q = s.q.data(), .out = s.attn.data(), .n_head = c.n_head,
-                          .n_head_kv = c.n_head_kv, .head_dim = c.head_dim,
-                          .head_dim_v = c.head_dim_v, .scale = c.attn_scale});
+    ops::attention(pool, {.batch = &batch,
+                          .layout = &s.layout,
+                          .kv = &kv,
+                          .layer = il,
+                          .q = s.q.data(),
+                          .out = s.attn.data(),
+                          .n_head = c.n_head,
+                          .n_head_kv = c.n_head_kv,
+                          .head_dim = c.head_dim,
+                          .head_dim_v = c.head_dim_v,
+                          .scale = c.attn_scale});
     linear_forward(pool, l.wo, s.attn.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (SwiGLU).

@@ -10,8 +10,10 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                       std::vector<float>& logits) {
   const int32_t n = batch.size();
   if (n == 0) return Status::error("empty batch");
-  if (batch.positions.size() != static_cast<size_t>(n) || batch.seq_ids.size() != static_cast<size_t>(n) ||
-      batch.parents.size() != static_cast<size_t>(n) || batch.subtree_end.size() != static_cast<size_t>(n) ||
+  if (batch.positions.size() != static_cast<size_t>(n) ||
+      batch.seq_ids.size() != static_cast<size_t>(n) ||
+      batch.parents.size() != static_cast<size_t>(n) ||
+      batch.subtree_end.size() != static_cast<size_t>(n) ||
       batch.want_logits.size() != static_cast<size_t>(n)) {
     return Status::error("malformed batch: field lengths differ");
   }

@@ -29,7 +29,8 @@ class Model {
   // sequence in `kv` (nothing is committed here: the caller commits what it keeps). Logits of
   // the rows with want_logits are written to `logits` as [n_logit_rows, n_vocab], in row order.
   // Not thread-safe: one forward at a time per model (the scratch lives in the model).
-  Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits);
+  Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                 std::vector<float>& logits);
 
  protected:
   virtual void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,

@@ -34,7 +34,8 @@ struct TokenBatch {
 
   // Appends a chain of tokens for one sequence starting at absolute position `start`:
   // each row's parent is the previous row, and every row's subtree runs to the chain's end.
-  void add_chain(const int32_t* ids, int32_t n, int32_t start, int32_t seq_id, bool logits_last_only) {
+  void add_chain(const int32_t* ids, int32_t n, int32_t start, int32_t seq_id,
+                 bool logits_last_only) {
     const int32_t first = size();
     for (int32_t i = 0; i < n; ++i) {
       tokens.push_back(ids[i]);

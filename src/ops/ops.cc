@@ -19,7 +19,8 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int di
   }
 }
 
-void rms_norm_heads(float* x, const float* w, int64_t n_rows, int n_heads, int head_dim, float eps) {
+void rms_norm_heads(float* x, const float* w, int64_t n_rows, int n_heads, int head_dim,
+                    float eps) {
   rms_norm(x, w, x, n_rows * n_heads, head_dim, eps);
 }
 

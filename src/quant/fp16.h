@@ -36,10 +36,11 @@ inline uint16_t fp32_to_fp16(float f) {
   uint32_t x = fp32_to_bits(f);
   uint32_t sign = (x >> 16) & 0x8000;
   uint32_t abs = x & 0x7fffffff;
-  if (abs >= 0x7f800000) return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
+  if (abs >= 0x7f800000)
+    return static_cast<uint16_t>(sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0));
   if (abs >= 0x477ff000) return static_cast<uint16_t>(sign | 0x7c00);  // overflow to inf
   if (abs < 0x38800000) {                                              // subnormal or zero
-    float v = fp32_from_bits(abs) * 16777216.0f;                         // scale by 2^24
+    float v = fp32_from_bits(abs) * 16777216.0f;                       // scale by 2^24
     uint32_t m = static_cast<uint32_t>(v);
     float rem = v - static_cast<float>(m);
     if (rem > 0.5f || (rem == 0.5f && (m & 1))) m++;

@@ -66,9 +66,9 @@ struct BlockQ8_1 {
 static_assert(sizeof(BlockQ8_1) == 36);
 
 struct BlockQ4_K {
-  fp16_t d;                       // super-block scale for the 6-bit scales
-  fp16_t dmin;                    // super-block scale for the 6-bit minimums
-  uint8_t scales[kKScaleBytes];   // 8 scales and 8 minimums, 6 bits each
+  fp16_t d;                      // super-block scale for the 6-bit scales
+  fp16_t dmin;                   // super-block scale for the 6-bit minimums
+  uint8_t scales[kKScaleBytes];  // 8 scales and 8 minimums, 6 bits each
   uint8_t qs[kQKK / 2];
 };
 static_assert(sizeof(BlockQ4_K) == 144);
@@ -101,7 +101,7 @@ static_assert(sizeof(BlockQ8_K) == 292);
 struct DTypeTraits {
   DType type;
   std::string_view name;
-  int block_size;     // elements per block
+  int block_size;      // elements per block
   size_t block_bytes;  // bytes per block
 };
 

@@ -2,10 +2,10 @@
 #pragma once
 
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <cstddef>
 #include <cstdio>
-#include <unistd.h>
 
 namespace salvo {
 
@@ -23,7 +23,8 @@ inline size_t current_rss_bytes() {
   long pages_total = 0, pages_resident = 0;
   const int got = std::fscanf(f, "%ld %ld", &pages_total, &pages_resident);
   std::fclose(f);
-  return got == 2 ? static_cast<size_t>(pages_resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE)) : 0;
+  return got == 2 ? static_cast<size_t>(pages_resident) * static_cast<size_t>(sysconf(_SC_PAGESIZE))
+                  : 0;
 }
 
 }  // namespace salvo
