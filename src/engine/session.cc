@@ -98,6 +98,7 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
     drafter_ = make_drafter(request.spec.mode, model_.config().n_vocab, request.sampling.seed);
     drafter_mode_ = request.spec.mode;
     drafter_seed_ = request.sampling.seed;
+    policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
   }
 
   // Reuse the KV cache of the longest common prefix with the previous turn; at least one prompt
@@ -168,24 +169,31 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
       const int budget = std::min(request.spec.budget, context_size() - committed - 1);
       history_.push_back(root);
       DraftTree tree;
-      if (drafter_ && depth > 0 && budget > 0) {
+      double this_draft_ms = 0;
+      if (drafter_ && depth > 0 && budget > 0 && policy_.should_draft()) {
         const auto draft_start = Clock::now();
         tree = drafter_->propose(history_, budget, depth);
-        stats.draft_ms += ms_since(draft_start);
+        this_draft_ms = ms_since(draft_start);
+        stats.draft_ms += this_draft_ms;
         SALVO_CHECK(tree.is_valid() && tree.size() <= budget && tree.max_depth() <= depth);
       }
       batch_.clear();
       append_draft_rows(tree, root, committed, /*seq_id=*/0, batch_);
+      const auto pass_start = Clock::now();
       if (Status st = model_.forward(pool_, batch_, kv_, logits_); !st.ok()) {
         history_.pop_back();  // keep history_ equal to the committed tokens
         return st;
       }
+      const double pass_ms = ms_since(pass_start);
       ++stats.forward_passes;
 
       const AcceptResult accepted = verifier_.accept(tree, logits_, sampler, history_);
       kv_.commit(0, accepted.kept_rows());
       SALVO_CHECK(kv_.committed(0) == static_cast<int>(history_.size()));
       record_acceptance(tree, accepted, stats);
+      // The drafter's time is part of what a drafted pass costs.
+      policy_.record(batch_.size(), pass_ms + this_draft_ms,
+                     static_cast<int>(accepted.path.size()) + 1);
 
       for (int32_t token : accepted.tokens(tree)) {
         if ((done = emit_token(token))) break;

@@ -14,6 +14,7 @@
 #include "models/model.h"
 #include "sampling/sampler.h"
 #include "speculative/drafter.h"
+#include "speculative/spec_policy.h"
 #include "speculative/verifier.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
@@ -93,6 +94,7 @@ class Session {
   std::unique_ptr<Drafter> drafter_;
   SpecMode drafter_mode_ = SpecMode::kNone;
   uint64_t drafter_seed_ = 0;
+  SpecPolicy policy_;  // measured costs and gains of drafting on this backend
   Verifier verifier_;
 };
 

@@ -127,6 +127,15 @@ def test_ngram_equals_plain(model, sampling):
     assert all(p["drafted_nodes"] == 0 for p in plain)
 
 
+@pytest.mark.parametrize("model", MODELS)
+def test_auto_policy_equals_plain(model):
+    # The adaptive policy switches drafting on and off between passes; the text must not notice.
+    prompts = tuple(PROMPTS)
+    plain = generate(model, "greedy", "none", prompts)
+    auto = generate(model, "greedy", "auto", prompts)
+    assert_same_tokens(plain, auto, prompts, f"{model} greedy auto")
+
+
 @pytest.mark.parametrize("mode", ADVERSARIAL_MODES)
 @pytest.mark.parametrize("model", MODELS)
 def test_adversarial_drafters_equal_plain(model, mode):
