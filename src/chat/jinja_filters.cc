@@ -11,15 +11,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw JinjaError(kNoPos, message); }
 
-// Returns by value: callers often pass a temporary fallback.
-Value arg(const ValueList& args, const KwArgs& kwargs, size_t index, const char* name,
-          const Value& fallback) {
-  for (const auto& [k, v] : kwargs) {
-    if (k == name) return v;
-  }
-  return index < args.size() ? args[index] : fallback;
-}
-
 const std::set<std::string>& filter_names() {
   static const std::set<std::string> names = {
       "abs",    "attr",       "capitalize", "count",     "d",       "default", "dictsort",
@@ -506,6 +497,14 @@ bool apply_test(const std::string& name, const Value& input, ValueList& args) {
     return false;
   }
   fail("unknown test '" + name + "'");
+}
+
+Value arg(const ValueList& args, const KwArgs& kwargs, size_t index, const char* name,
+          const Value& fallback) {
+  for (const auto& [k, v] : kwargs) {
+    if (k == name) return v;
+  }
+  return index < args.size() ? args[index] : fallback;
 }
 
 }  // namespace salvo::jinja

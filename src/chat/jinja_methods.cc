@@ -11,15 +11,6 @@ namespace {
 
 [[noreturn]] void fail(const std::string& message) { throw JinjaError(kNoPos, message); }
 
-// Returns by value: callers often pass a temporary fallback.
-Value arg(const ValueList& args, const KwArgs& kwargs, size_t index, const char* name,
-          const Value& fallback) {
-  for (const auto& [k, v] : kwargs) {
-    if (k == name) return v;
-  }
-  return index < args.size() ? args[index] : fallback;
-}
-
 const std::string& string_arg(const Value& v, const char* what) {
   if (!v.is_string()) fail(std::string(what) + " must be a string, not " + v.type_name());
   return v.as_string();

@@ -32,6 +32,11 @@ Value call_method(const Value& object, const std::string& name, ValueList& args,
 // range, namespace, dict, raise_exception, strftime_now.
 void add_global_functions(ValueDict& globals);
 
+// Argument `name` of a built-in call: by keyword, else by position, else the fallback (returned
+// by value: callers often pass a temporary).
+Value arg(const ValueList& args, const KwArgs& kwargs, size_t index, const char* name,
+          const Value& fallback);
+
 // Python-like helpers shared by the renderer and the built-ins.
 Value get_attribute(const Value& object, const std::string& name);
 Value get_item(const Value& object, const Value& key);

@@ -98,23 +98,7 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
     linear_forward(pool, l.wv, s.h.data(), n, s.v.data(), s.matmul);
     ops::rms_norm_heads(s.q.data(), l.q_norm, n, c.n_head, c.head_dim, c.rms_eps);
     ops::rms_norm_heads(s.k.data(), l.k_norm, n, c.n_head_kv, c.head_dim, c.rms_eps);
-    ops::rope(s.q.data(), batch.positions.data(), n, c.n_head, c.head_dim, c.n_rot, rope_base,
-              c.rope_mode);
-    ops::rope(s.k.data(), batch.positions.data(), n, c.n_head_kv, c.head_dim, c.n_rot, rope_base,
-              c.rope_mode);
-    store_kv(kv, il, batch, s.layout, s.k.data(), s.v.data());
-    ops::attention(pool, {.batch = &batch,
-                          .layout = &s.layout,
-                          .kv = &kv,
-                          .layer = il,
-                          .q = s.q.data(),
-                          .out = s.attn.data(),
-                          .n_head = c.n_head,
-                          .n_head_kv = c.n_head_kv,
-                          .head_dim = c.head_dim,
-                          .head_dim_v = c.head_dim_v,
-                          .scale = c.attn_scale,
-                          .window = sliding ? c.sliding_window : 0});
+    rope_and_attend(pool, c, il, batch, kv, s, rope_base, sliding ? c.sliding_window : 0);
     linear_forward(pool, l.wo, s.attn.data(), n, s.h.data(), s.matmul);
     ops::rms_norm(s.h.data(), l.post_attn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);

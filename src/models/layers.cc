@@ -85,6 +85,28 @@ void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchL
   }
 }
 
+void rope_and_attend(ThreadPool& pool, const ModelConfig& c, int layer, const TokenBatch& batch,
+                     KvCache& kv, Scratch& s, float rope_base, int window) {
+  const int64_t n = batch.size();
+  ops::rope(s.q.data(), batch.positions.data(), n, c.n_head, c.head_dim, c.n_rot, rope_base,
+            c.rope_mode);
+  ops::rope(s.k.data(), batch.positions.data(), n, c.n_head_kv, c.head_dim, c.n_rot, rope_base,
+            c.rope_mode);
+  store_kv(kv, layer, batch, s.layout, s.k.data(), s.v.data());
+  ops::attention(pool, {.batch = &batch,
+                        .layout = &s.layout,
+                        .kv = &kv,
+                        .layer = layer,
+                        .q = s.q.data(),
+                        .out = s.attn.data(),
+                        .n_head = c.n_head,
+                        .n_head_kv = c.n_head_kv,
+                        .head_dim = c.head_dim,
+                        .head_dim_v = c.head_dim_v,
+                        .scale = c.attn_scale,
+                        .window = window});
+}
+
 void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
                    const float* norm, float eps, const WeightView& head, Scratch& s,
                    std::vector<float>& logits) {

@@ -58,6 +58,11 @@ void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n
 void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,
               const float* k, const float* v);
 
+// RoPE on the layer's q and k (s.q, s.k), their K/V into the cache, and attention under the
+// batch's tree mask into s.attn. window: sliding window in positions, 0 = none.
+void rope_and_attend(ThreadPool& pool, const ModelConfig& c, int layer, const TokenBatch& batch,
+                     KvCache& kv, Scratch& s, float rope_base, int window);
+
 // The final norm and LM head on the rows that want logits.
 void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
                    const float* norm, float eps, const WeightView& head, Scratch& s,

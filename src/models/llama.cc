@@ -57,22 +57,7 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     linear_forward(pool, l.wq, s.h.data(), n, s.q.data(), s.matmul);  // [n, n_head * head_dim]
     linear_forward(pool, l.wk, s.h.data(), n, s.k.data(), s.matmul);  // [n, n_head_kv * head_dim]
     linear_forward(pool, l.wv, s.h.data(), n, s.v.data(), s.matmul);
-    ops::rope(s.q.data(), batch.positions.data(), n, c.n_head, c.head_dim, c.n_rot, c.rope_base,
-              c.rope_mode);
-    ops::rope(s.k.data(), batch.positions.data(), n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base,
-              c.rope_mode);
-    store_kv(kv, il, batch, s.layout, s.k.data(), s.v.data());
-    ops::attention(pool, {.batch = &batch,
-                          .layout = &s.layout,
-                          .kv = &kv,
-                          .layer = il,
-                          .q = s.q.data(),
-                          .out = s.attn.data(),
-                          .n_head = c.n_head,
-                          .n_head_kv = c.n_head_kv,
-                          .head_dim = c.head_dim,
-                          .head_dim_v = c.head_dim_v,
-                          .scale = c.attn_scale});
+    rope_and_attend(pool, c, il, batch, kv, s, c.rope_base, 0);
     linear_forward(pool, l.wo, s.attn.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (SwiGLU).
