@@ -17,6 +17,7 @@ import pytest
 jinja2 = pytest.importorskip("jinja2")
 gguf = pytest.importorskip("gguf")
 from jinja2.sandbox import ImmutableSandboxedEnvironment  # noqa: E402
+from conftest import missing, models_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 MODELS = ["smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "gemma3-270m"]
@@ -100,9 +101,9 @@ _MODEL_INFO = {}
 
 def model_info(name):
     """(gguf path, template source, bos, eos) for a model, skipping when the file is missing."""
-    path = ROOT / "models" / f"{name}.gguf"
+    path = models_dir() / f"{name}.gguf"
     if not path.exists():
-        pytest.skip(f"{path} not present")
+        missing(f"{path} not present")
     if name not in _MODEL_INFO:
         reader = gguf.GGUFReader(str(path))
         field = reader.fields.get("tokenizer.chat_template")
@@ -123,7 +124,7 @@ def model_info(name):
 
 def run_salvo(tmp_path, model_path, messages, add_generation_prompt, chat_template=None):
     if not SALVO_BIN:
-        pytest.skip("SALVO_BIN is not set")
+        missing("SALVO_BIN is not set")
     messages_file = tmp_path / "messages.json"
     messages_file.write_text(json.dumps(messages, ensure_ascii=False), encoding="utf-8")
     cmd = [SALVO_BIN, "template", "--model", str(model_path), "--messages", str(messages_file)]
@@ -212,7 +213,7 @@ def test_qwen_tools_and_tool_calls(tmp_path, model):
     expected = jinja_env().from_string(source).render(
         messages=messages, tools=tools, add_generation_prompt=True, bos_token=bos, eos_token=eos, documents=None)
     if not SALVO_BIN:
-        pytest.skip("SALVO_BIN is not set")
+        missing("SALVO_BIN is not set")
     doc = tmp_path / "chat.json"
     doc.write_text(json.dumps({"messages": messages, "tools": tools}, ensure_ascii=False), encoding="utf-8")
     result = subprocess.run([SALVO_BIN, "template", "--model", str(path), "--messages", str(doc)],

@@ -16,9 +16,10 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 from gguf import quants
+from conftest import missing, models_dir
 
 REPO = Path(__file__).resolve().parents[2]
-MODELS = sorted(glob.glob(str(REPO / "models" / "*.gguf")))
+MODELS = sorted(glob.glob(str(models_dir() / "*.gguf")))
 SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 TENSORS_PER_TYPE = 2  # per model
 MAX_BYTES = 1 << 18  # leading bytes of each real tensor (whole blocks)
@@ -30,7 +31,7 @@ def tool_path():
         return str(Path(build, "tests", "dequant_tool"))
     found = sorted(glob.glob(str(REPO / "build" / "*" / "tests" / "dequant_tool")))
     if not found:
-        pytest.skip("dequant_tool is not built")
+        missing("dequant_tool is not built")
     return found[0]
 
 
@@ -63,6 +64,11 @@ def assert_same(got: np.ndarray, want: np.ndarray, qtype: T):
 @functools.lru_cache(maxsize=None)
 def reader_of(model: str) -> GGUFReader:
     return GGUFReader(model)
+
+
+def test_models_are_present():
+    if not MODELS:
+        missing(f"no GGUF models in {models_dir()} to take real tensors from")
 
 
 def real_tensors():

@@ -4,13 +4,14 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import missing
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def test_gguf_fuzzer_finds_nothing():
     if shutil.which("clang++") is None:
-        pytest.skip("clang++ not found (libFuzzer needs clang)")
+        missing("clang++ not found (libFuzzer needs clang)")
     out = subprocess.run([str(REPO / "scripts" / "run_fuzz.sh"), "45"], cwd=REPO,
                          capture_output=True, text=True, timeout=1200)
     log = (out.stdout + out.stderr)[-6000:]

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+from conftest import missing
 
 gguf = pytest.importorskip("gguf")
 
@@ -25,7 +26,7 @@ def models_dir() -> Path:
 def salvo_info(path: Path) -> dict:
     binary = os.environ.get("SALVO_BIN")
     if not binary:
-        pytest.skip("SALVO_BIN is not set")
+        missing("SALVO_BIN is not set")
     out = subprocess.run([binary, "info", str(path), "--json"], capture_output=True, text=True,
                          timeout=120)
     assert out.returncode == 0, out.stderr
@@ -42,7 +43,7 @@ def same_scalar(ours, theirs) -> bool:
 def test_info_matches_gguf_reader(name):
     path = models_dir() / f"{name}.gguf"
     if not path.exists():
-        pytest.skip(f"{path} not found")
+        missing(f"{path} not found")
     info = salvo_info(path)
     reader = gguf.GGUFReader(path)
 
@@ -94,7 +95,7 @@ def test_info_rejects_a_broken_file(tmp_path):
     bad.write_bytes(b"GGUF" + (1).to_bytes(4, "little") + bytes(16))
     binary = os.environ.get("SALVO_BIN")
     if not binary:
-        pytest.skip("SALVO_BIN is not set")
+        missing("SALVO_BIN is not set")
     out = subprocess.run([binary, "info", str(bad)], capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "version 1 is not supported" in out.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from tokenizer_strings import STRINGS
+from conftest import missing
 
 REPO = Path(__file__).resolve().parents[2]
 MODELS_DIR = Path(os.environ.get("SALVO_MODELS", REPO / "models"))
@@ -22,14 +23,14 @@ BPE_MODELS = {"smollm2-135m", "qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"}
 def salvo_bin():
     path = os.environ.get("SALVO_BIN") or os.environ.get("SALVO_TOKENIZE_BIN")
     if not path:
-        pytest.skip("SALVO_BIN is not set")
+        missing("SALVO_BIN is not set")
     return path
 
 
 def model_path(name):
     path = MODELS_DIR / f"{name}.gguf"
     if not path.exists():
-        pytest.skip(f"{path} is missing (salvo pull {name})")
+        missing(f"{path} is missing (salvo pull {name})")
     return path
 
 
