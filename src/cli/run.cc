@@ -30,7 +30,7 @@ struct RunOptions {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   bool json = false;
-  std::string spec = "none";
+  std::string spec = "auto";
   int spec_budget = SpecOptions{}.budget;
   int spec_depth = SpecOptions{}.depth;
   // JSONL, one {"prompt": "..."} per line: every prompt is generated in a fresh session of one
@@ -187,7 +187,7 @@ void add_run_command(CLI::App& app) {
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
   cmd->add_option(
          "--spec", o->spec,
-         "speculative decoding: none, ngram, auto (for now: ngram on matches of 2+ tokens)")
+         "speculative decoding: auto (n-gram drafts while they measurably pay), ngram, none")
       ->capture_default_str();
   cmd->add_option("--spec-budget", o->spec_budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))

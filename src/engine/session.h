@@ -28,7 +28,7 @@ struct GenerateRequest {
   SamplingParams sampling;
   std::vector<std::string> stop;
   bool ignore_eos = false;
-  SpecOptions spec;  // kNone: plain decoding (every draft tree is empty)
+  SpecOptions spec;  // default auto; kNone: plain decoding (every draft tree is empty)
 };
 
 struct GenerationStats {

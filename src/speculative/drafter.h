@@ -30,9 +30,9 @@ Expected<SpecMode> parse_spec_mode(const std::string& name);
 const char* spec_mode_name(SpecMode mode);
 
 struct SpecOptions {
-  SpecMode mode = SpecMode::kNone;
-  int budget = 16;  // tree nodes per verification pass, not counting the root
-  int depth = 8;    // deepest node below the root
+  SpecMode mode = SpecMode::kAuto;  // drafts only while it pays (SpecPolicy)
+  int budget = 16;                  // tree nodes per verification pass, not counting the root
+  int depth = 8;                    // deepest node below the root
 
   Status validate() const;
 };
