@@ -18,12 +18,6 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
   auto tokenizer = Tokenizer::from_gguf(engine->model_->gguf());
   if (!tokenizer.ok()) return tokenizer.status().with_context(model_path);
   engine->tokenizer_ = std::move(tokenizer).value();
-  if (engine->tokenizer_->n_vocab() != engine->model_->config().n_vocab) {
-    return Status::error(model_path + ": the tokenizer has " +
-                         std::to_string(engine->tokenizer_->n_vocab()) +
-                         " tokens but the embedding table has " +
-                         std::to_string(engine->model_->config().n_vocab) + " rows");
-  }
   engine->pool_ =
       std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_thread_count());
   engine->load_ms_ =

@@ -161,7 +161,11 @@ Status read_common_config(const GgufFile& gguf, ModelConfig& c) {
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   c.name = gguf.get_string_or("general.name", a);
   auto tokens = gguf.find("tokenizer.ggml.tokens");
-  c.n_vocab = tokens != nullptr ? static_cast<int>(tokens->array_size()) : 0;
+  // The embedding table and the tokenizer are both sized by this list, so they always agree.
+  if (tokens == nullptr || tokens->array_size() == 0) {
+    return Status::error("metadata 'tokenizer.ggml.tokens' (the vocabulary) is missing or empty");
+  }
+  c.n_vocab = static_cast<int>(tokens->array_size());
   c.layer_sliding.assign(c.n_layer, 0);
   return Status();
 }

@@ -108,7 +108,10 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
   const int out_stride = a.n_head * a.head_dim_v;
   pool.parallel_for(static_cast<int64_t>(n_rows) * a.n_head, [&](int, int64_t begin, int64_t end) {
     std::vector<float> scores;
-    std::vector<int32_t> keys;  // slots visible to this row, in slot order
+    // Visible slots: the committed range [first, committed) (slot i = position i), then this
+    // row's visible suffix slots. Only the few suffix slots are listed, so the per-head work
+    // does not grow a list with the context length.
+    std::vector<int32_t> suffix;
     for (int64_t job = begin; job < end; ++job) {
       const int row = static_cast<int>(job / a.n_head);
       const int head = static_cast<int>(job % a.n_head);
@@ -117,22 +120,27 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       const int32_t pos = batch.positions[row];
       const int committed = a.kv->committed(seq);
 
-      keys.clear();
+      suffix.clear();
       // Committed slot i holds position i.
       const int first_committed = a.window > 0 ? std::max(0, pos - a.window + 1) : 0;
-      for (int i = first_committed; i < committed; ++i) keys.push_back(i);
+      const int n_committed = std::max(0, committed - first_committed);
       for (int32_t k : a.layout->seq_rows[seq]) {
         if (k > row) break;
         if (row > batch.subtree_end[k]) continue;  // not an ancestor
         if (a.window > 0 && pos - batch.positions[k] >= a.window) continue;
-        keys.push_back(a.layout->slot[k]);
+        suffix.push_back(a.layout->slot[k]);
       }
 
       const float* q = a.q + static_cast<int64_t>(row) * q_stride + head * a.head_dim;
-      scores.resize(keys.size());
+      const size_t n_keys = n_committed + suffix.size();
+      auto slot_of = [&](size_t j) {
+        return j < static_cast<size_t>(n_committed) ? first_committed + static_cast<int>(j)
+                                                    : suffix[j - n_committed];
+      };
+      scores.resize(n_keys);
       float max_score = -std::numeric_limits<float>::infinity();
-      for (size_t j = 0; j < keys.size(); ++j) {
-        const float* k = a.kv->key(a.layer, seq, keys[j]) + kv_head * a.head_dim;
+      for (size_t j = 0; j < n_keys; ++j) {
+        const float* k = a.kv->key(a.layer, seq, slot_of(j)) + kv_head * a.head_dim;
         scores[j] = vec::dot(q, k, a.head_dim) * a.scale;
         max_score = std::max(max_score, scores[j]);
       }
@@ -143,8 +151,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       }
       float* out = a.out + static_cast<int64_t>(row) * out_stride + head * a.head_dim_v;
       std::fill(out, out + a.head_dim_v, 0.0f);
-      for (size_t j = 0; j < keys.size(); ++j) {
-        const float* v = a.kv->value(a.layer, seq, keys[j]) + kv_head * a.head_dim_v;
+      for (size_t j = 0; j < n_keys; ++j) {
+        const float* v = a.kv->value(a.layer, seq, slot_of(j)) + kv_head * a.head_dim_v;
         vec::axpy(scores[j], v, out, a.head_dim_v);
       }
       vec::scale(1.0f / sum, out, a.head_dim_v);
