@@ -4,10 +4,10 @@
 #include <memory>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "cli/commands.h"
+#include "engine/engine.h"
 #include "models/model.h"
 
 namespace salvo::cli {
@@ -46,8 +46,7 @@ void run_logits(const LogitsOptions& o) {
   const ModelConfig& c = (*model)->config();
   const int n = static_cast<int>(ids.size());
   KvCache kv(c, 1, n);
-  ThreadPool pool(o.threads > 0 ? o.threads
-                                : static_cast<int>(std::thread::hardware_concurrency()));
+  ThreadPool pool(o.threads > 0 ? o.threads : default_thread_count());
   // Optional chunking exercises the committed-prefix path of attention.
   const int chunk = o.chunk > 0 ? o.chunk : n;
   std::vector<float> all;
