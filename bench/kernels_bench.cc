@@ -3,12 +3,14 @@
 //   kernels_bench --benchmark_filter=Q4_K
 #include <benchmark/benchmark.h>
 
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "backends/cpu/dot.h"
 #include "backends/cpu/matmul.h"
+#include "backends/cpu/packed.h"
 #include "quant/fp16.h"
 
 namespace salvo {
@@ -34,7 +36,7 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n_out, int64_t n_in) {
   return data;
 }
 
-void bm_matmul(benchmark::State& state, const char* path, Shape shape) {
+void bm_matmul(benchmark::State& state, const char* path, Shape shape, bool packed) {
   const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
   if (!kernels) {
     state.SkipWithError("path not available");
@@ -47,7 +49,12 @@ void bm_matmul(benchmark::State& state, const char* path, Shape shape) {
   std::mt19937 rng(3);
   std::normal_distribution<float> normal;
   for (auto& v : x) v = normal(rng);
-  const WeightView view{shape.type, w.data(), shape.n_out, shape.n_in};
+  WeightView view{shape.type, w.data(), shape.n_out, shape.n_in};
+  std::unique_ptr<uint8_t[]> packed_buf;
+  if (packed) {
+    packed_buf = cpu::pack_matrix(view, nullptr);
+    view.packed = packed_buf.get();
+  }
   ThreadPool pool(threads);
   MatmulScratch scratch;
   for (auto _ : state) {
@@ -70,11 +77,15 @@ void register_all() {
     for (const Shape& s : shapes) {
       const std::string name = std::string(traits(s.type).name) + "_" + std::to_string(s.n_out) +
                                "x" + std::to_string(s.n_in) + "/" + path;
-      benchmark::RegisterBenchmark(name.c_str(), bm_matmul, path, s)
-          ->ArgsProduct({{1, 4, 16, 64}, {1, 2}})
-          ->ArgNames({"rows", "threads"})
-          ->UseRealTime()
-          ->MinTime(0.2);
+      for (bool packed : {false, true}) {
+        if (packed && !cpu::packable(s.type, s.n_out, s.n_in)) continue;
+        benchmark::RegisterBenchmark((name + (packed ? "/packed" : "")).c_str(), bm_matmul, path, s,
+                                     packed)
+            ->ArgsProduct({{1, 4, 16, 64}, {1, 2}})
+            ->ArgNames({"rows", "threads"})
+            ->UseRealTime()
+            ->MinTime(0.2);
+      }
     }
   }
 }

@@ -1,5 +1,7 @@
 #include "io/gguf.h"
 
+#include <sys/mman.h>
+
 #include <bit>
 #include <cstring>
 #include <limits>
@@ -674,6 +676,15 @@ bool GgufFile::get_bool_or(std::string_view key, bool fallback) const {
 std::string GgufFile::get_string_or(std::string_view key, std::string fallback) const {
   auto v = get_string(key);
   return v.ok() ? std::move(v).value() : std::move(fallback);
+}
+
+void GgufFile::release_pages(const void* p, size_t n) const {
+  const size_t page = 4096;
+  const auto begin = reinterpret_cast<uintptr_t>(p);
+  const uintptr_t first = (begin + page - 1) / page * page;
+  const uintptr_t last = (begin + n) / page * page;
+  // Advice only: a failure leaves the pages resident, which costs memory, not correctness.
+  if (last > first) madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 }  // namespace salvo

@@ -101,6 +101,10 @@ class GgufFile {
     return data_ + data_offset_ + info.offset;
   }
   size_t data_offset() const { return data_offset_; }
+  // Tells the kernel this process no longer needs the pages wholly inside [p, p + n) of the
+  // mapping (a tensor copied elsewhere at load): they leave the resident set, and a later read
+  // faults them back in from the file.
+  void release_pages(const void* p, size_t n) const;
 
  private:
   GgufFile() = default;

@@ -52,8 +52,8 @@ Expected<std::unique_ptr<Model>> Gemma3Model::load(std::unique_ptr<GgufFile> ggu
     c.layer_sliding[i] = c.sliding_window > 0 && (i + 1) % kSlidingPattern != 0;
   }
 
-  TensorBinder bind(*gguf);
-  m->token_embd_ = bind.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  TensorBinder bind(*gguf, &m->packed_);
+  m->token_embd_ = bind.packed_copy(bind.table("token_embd.weight", c.n_embd, c.n_vocab));
   m->output_norm_ = bind.vector("output_norm.weight", c.n_embd);
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";

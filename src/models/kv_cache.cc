@@ -13,14 +13,13 @@ KvCache::KvCache(const ModelConfig& config, int n_seq, int capacity)
       capacity_(capacity),
       kv_width_(config.kv_width()),
       v_width_(config.v_width()),
-      // new[] without () leaves the floats uninitialised: untouched pages cost no memory.
-      k_(new float[static_cast<size_t>(n_layer_) * n_seq * capacity * kv_width_]),
-      v_(new float[static_cast<size_t>(n_layer_) * n_seq * capacity * v_width_]),
+      // new[] without () leaves the halves uninitialised: untouched pages cost no memory.
+      k_(new Elem[static_cast<size_t>(n_layer_) * n_seq * capacity * kv_width_]),
+      v_(new Elem[static_cast<size_t>(n_layer_) * n_seq * capacity * v_width_]),
       committed_(n_seq, 0) {}
 
 size_t KvCache::bytes() const {
-  return static_cast<size_t>(n_layer_) * n_seq_ * capacity_ * (kv_width_ + v_width_) *
-         sizeof(float);
+  return static_cast<size_t>(n_layer_) * n_seq_ * capacity_ * (kv_width_ + v_width_) * sizeof(Elem);
 }
 
 Status KvCache::reserve_suffix(int seq, int n_rows) const {
@@ -44,8 +43,8 @@ void KvCache::commit(int seq, std::span<const int32_t> accepted_suffix_rows) {
     SALVO_CHECK(from >= to && from < capacity_);
     if (from == to) continue;
     for (int layer = 0; layer < n_layer_; ++layer) {
-      std::memcpy(key(layer, seq, to), key(layer, seq, from), kv_width_ * sizeof(float));
-      std::memcpy(value(layer, seq, to), value(layer, seq, from), v_width_ * sizeof(float));
+      std::memcpy(key(layer, seq, to), key(layer, seq, from), kv_width_ * sizeof(Elem));
+      std::memcpy(value(layer, seq, to), value(layer, seq, from), v_width_ * sizeof(Elem));
     }
   }
   committed_[seq] = base + static_cast<int>(accepted_suffix_rows.size());

@@ -1,7 +1,11 @@
 #include "models/layers.h"
 
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
+
+#include "backends/cpu/packed.h"
+#include "ops/vec.h"
 
 namespace salvo {
 
@@ -14,6 +18,31 @@ const GgufTensorInfo* TensorBinder::find(const std::string& name) {
 }
 
 WeightView TensorBinder::matrix(const std::string& name, int64_t n_in, int64_t n_out) {
+  WeightView view = bind_matrix(name, n_in, n_out);
+  if (view.data == nullptr || view.packed != nullptr) return view;
+  view = packed_copy(view);
+  if (view.packed != nullptr) {
+    gguf_.release_pages(view.data, row_bytes(view.type, view.n_in) * view.n_out);
+  }
+  return view;
+}
+
+WeightView TensorBinder::table(const std::string& name, int64_t n_in, int64_t n_out) {
+  return bind_matrix(name, n_in, n_out);
+}
+
+WeightView TensorBinder::packed_copy(const WeightView& view) {
+  WeightView packed = view;
+  if (packed_store_ == nullptr || view.data == nullptr || std::getenv("SALVO_NO_PACK") != nullptr ||
+      !cpu::packable(view.type, view.n_out, view.n_in)) {
+    return packed;
+  }
+  packed_store_->push_back(cpu::pack_matrix(view, nullptr));
+  packed.packed = packed_store_->back().get();
+  return packed;
+}
+
+WeightView TensorBinder::bind_matrix(const std::string& name, int64_t n_in, int64_t n_out) {
   WeightView view;
   const GgufTensorInfo* info = find(name);
   if (info == nullptr) return view;
@@ -80,8 +109,8 @@ void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchL
   const size_t kw = kv.key_width(), vw = kv.value_width();
   for (int32_t r = 0; r < batch.size(); ++r) {
     const int seq = batch.seq_ids[r];
-    std::memcpy(kv.key(layer, seq, layout.slot[r]), k + r * kw, kw * sizeof(float));
-    std::memcpy(kv.value(layer, seq, layout.slot[r]), v + r * vw, vw * sizeof(float));
+    vec::to_f16(k + r * kw, kv.key(layer, seq, layout.slot[r]), static_cast<int>(kw));
+    vec::to_f16(v + r * vw, kv.value(layer, seq, layout.slot[r]), static_cast<int>(vw));
   }
 }
 

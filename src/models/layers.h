@@ -2,6 +2,7 @@
 // attention and feed-forward blocks over [n_rows, width] float32 activations.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,17 +17,27 @@
 
 namespace salvo {
 
+// Owner of the repacked copies of a model's matrices.
+using PackedWeights = std::vector<std::unique_ptr<uint8_t[]>>;
+
 struct Linear {
   WeightView weight;
   const float* bias = nullptr;  // [n_out] or null
 };
 
 // Finds tensors by name and checks their shapes; collects the first error.
+// Matrices whose type has a packed layout (backends/cpu/packed.h) are repacked as they are
+// bound, into buffers the model keeps (`packed_store`), and their mapped pages are released.
 class TensorBinder {
  public:
-  explicit TensorBinder(const GgufFile& gguf) : gguf_(gguf) {}
-  // A matrix [n_out, n_in] (GGUF dims {n_in, n_out}).
+  explicit TensorBinder(const GgufFile& gguf, PackedWeights* packed_store = nullptr)
+      : gguf_(gguf), packed_store_(packed_store) {}
+  // A matrix [n_out, n_in] (GGUF dims {n_in, n_out}), used by matmul.
   WeightView matrix(const std::string& name, int64_t n_in, int64_t n_out);
+  // A matrix read by rows (an embedding table): never packed, pages stay mapped.
+  WeightView table(const std::string& name, int64_t n_in, int64_t n_out);
+  // `view` (a table) also used by matmul (a tied LM head): packed, its pages kept.
+  WeightView packed_copy(const WeightView& view);
   // An F32 vector of n elements.
   const float* vector(const std::string& name, int64_t n);
   Linear linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias = false);
@@ -36,7 +47,9 @@ class TensorBinder {
 
  private:
   const GgufTensorInfo* find(const std::string& name);
+  WeightView bind_matrix(const std::string& name, int64_t n_in, int64_t n_out);
   const GgufFile& gguf_;
+  PackedWeights* packed_store_;
   Status status_;
   size_t bytes_bound_ = 0;
 };

@@ -14,12 +14,12 @@ Expected<std::unique_ptr<Model>> LlamaModel::load(std::unique_ptr<GgufFile> gguf
   SALVO_RETURN_IF_ERROR(read_common_config(*gguf, c));
   c.rope_mode = rope_mode;
 
-  TensorBinder bind(*gguf);
-  m->token_embd_ = bind.matrix("token_embd.weight", c.n_embd, c.n_vocab);
+  TensorBinder bind(*gguf, &m->packed_);
+  m->token_embd_ = bind.table("token_embd.weight", c.n_embd, c.n_vocab);
   m->output_norm_ = bind.vector("output_norm.weight", c.n_embd);
   // Small models tie the LM head to the embedding table.
   m->output_ = bind.has("output.weight") ? bind.matrix("output.weight", c.n_embd, c.n_vocab)
-                                         : m->token_embd_;
+                                         : bind.packed_copy(m->token_embd_);
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayer& l = m->layers_.emplace_back();

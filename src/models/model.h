@@ -38,6 +38,7 @@ class Model {
 
   ModelConfig config_;
   std::unique_ptr<GgufFile> gguf_;
+  std::vector<std::unique_ptr<uint8_t[]>> packed_;  // repacked matrices (backends/cpu/packed.h)
   size_t weight_bytes_per_pass_ = 0;
 };
 

@@ -140,8 +140,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       scores.resize(n_keys);
       float max_score = -std::numeric_limits<float>::infinity();
       for (size_t j = 0; j < n_keys; ++j) {
-        const float* k = a.kv->key(a.layer, seq, slot_of(j)) + kv_head * a.head_dim;
-        scores[j] = vec::dot(q, k, a.head_dim) * a.scale;
+        const KvCache::Elem* k = a.kv->key(a.layer, seq, slot_of(j)) + kv_head * a.head_dim;
+        scores[j] = vec::dot_f16(q, k, a.head_dim) * a.scale;
         max_score = std::max(max_score, scores[j]);
       }
       float sum = 0.0f;
@@ -152,8 +152,8 @@ void attention(ThreadPool& pool, const AttentionArgs& a) {
       float* out = a.out + static_cast<int64_t>(row) * out_stride + head * a.head_dim_v;
       std::fill(out, out + a.head_dim_v, 0.0f);
       for (size_t j = 0; j < n_keys; ++j) {
-        const float* v = a.kv->value(a.layer, seq, slot_of(j)) + kv_head * a.head_dim_v;
-        vec::axpy(scores[j], v, out, a.head_dim_v);
+        const KvCache::Elem* v = a.kv->value(a.layer, seq, slot_of(j)) + kv_head * a.head_dim_v;
+        vec::axpy_f16(scores[j], v, out, a.head_dim_v);
       }
       vec::scale(1.0f / sum, out, a.head_dim_v);
     }

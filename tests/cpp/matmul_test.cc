@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "backends/cpu/dot.h"
+#include "backends/cpu/packed.h"
 #include "backends/cpu/quantize_acts.h"
 #include "quant/fp16.h"
 
@@ -204,6 +205,76 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{DType::kQ4_K, 1536}, Case{DType::kQ5_K, 768}, Case{DType::kQ6_K, 768},
                     Case{DType::kQ6_K, 1536}),
     case_name);
+
+// Repacked k-quant matrices (backends/cpu/packed.h): every path gives the same bits, the
+// result agrees with the unpacked kernels up to float accumulation order, and rows are
+// invariant to the batch and the thread count.
+class PackedMatmulTest : public testing::TestWithParam<Case> {};
+
+TEST_P(PackedMatmulTest, SameBitsOnEveryPathAndCloseToUnpacked) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 40, n_rows = 11;
+  std::mt19937 rng(77 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  const auto x = random_acts(n_rows * n_in, rng);
+  const WeightView plain{type, w.data(), n_out, n_in};
+  ASSERT_TRUE(cpu::packable(type, n_out, n_in));
+  const auto packed_buf = cpu::pack_matrix(plain, nullptr);
+  WeightView packed = plain;
+  packed.packed = packed_buf.get();
+
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  std::vector<float> first;
+  for (const char* path : kPaths) {
+    const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
+    if (!kernels) continue;
+    SCOPED_TRACE(path);
+    std::vector<float> yp(n_rows * n_out), yu(n_rows * n_out);
+    cpu::matmul_with(*kernels, pool, packed, x.data(), n_rows, yp.data(), scratch);
+    cpu::matmul_with(*kernels, pool, plain, x.data(), n_rows, yu.data(), scratch);
+    if (first.empty()) {
+      first = yp;
+    } else {
+      EXPECT_EQ(0, std::memcmp(first.data(), yp.data(), yp.size() * sizeof(float)));
+    }
+    for (size_t i = 0; i < yp.size(); ++i) {
+      EXPECT_NEAR(yp[i], yu[i], 1e-4 * (std::fabs(yu[i]) + 1.0)) << i;
+    }
+  }
+}
+
+TEST_P(PackedMatmulTest, RowInvariantAcrossBatchAndThreads) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 24, n_rows = 23;
+  std::mt19937 rng(5 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  const auto x = random_acts(n_rows * n_in, rng);
+  WeightView view{type, w.data(), n_out, n_in};
+  const auto packed_buf = cpu::pack_matrix(view, nullptr);
+  view.packed = packed_buf.get();
+  MatmulScratch scratch;
+  for (const char* path : kPaths) {
+    const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
+    if (!kernels) continue;
+    SCOPED_TRACE(path);
+    for (int threads : {1, 2}) {
+      ThreadPool pool(threads);
+      std::vector<float> y_all(n_rows * n_out), y1(n_out);
+      cpu::matmul_with(*kernels, pool, view, x.data(), n_rows, y_all.data(), scratch);
+      for (int64_t r = 0; r < n_rows; ++r) {
+        cpu::matmul_with(*kernels, pool, view, &x[r * n_in], 1, y1.data(), scratch);
+        EXPECT_EQ(0, std::memcmp(y1.data(), &y_all[r * n_out], n_out * sizeof(float)))
+            << "row " << r << " threads " << threads;
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(KQuants, PackedMatmulTest,
+                         testing::Values(Case{DType::kQ4_K, 768}, Case{DType::kQ4_K, 1536},
+                                         Case{DType::kQ6_K, 768}, Case{DType::kQ6_K, 1536}),
+                         case_name);
 
 TEST(QuantizeActs, Q8KMatchesGgmlRules) {
   std::mt19937 rng(5);

@@ -40,9 +40,15 @@ enum class WeightKind : int {
   kCount,
 };
 
+// A kernel over one packed group of rows (packed.h): out[r * kPackRows + k].
+using PackedGroupFn = void (*)(int64_t n_in, const void* group, const void* acts, size_t act_stride,
+                               int n_acts, float* out);
+
 struct CpuKernels {
   const char* name = nullptr;
   DotFn dot[static_cast<int>(WeightKind::kCount)] = {};
+  // Kernels for weights repacked at load (packed.h); null where the type has no packed layout.
+  PackedGroupFn packed[static_cast<int>(WeightKind::kCount)] = {};
 };
 
 // The dense kind of a weight type; SALVO_CHECKs that the type is supported as a weight.
@@ -53,6 +59,9 @@ WeightKind weight_kind(DType type);
 void fill_portable_kernels(CpuKernels& k);
 void fill_avx2_kernels(CpuKernels& k);
 void fill_avx512_kernels(CpuKernels& k);
+void fill_portable_packed(CpuKernels& k);
+void fill_avx2_packed(CpuKernels& k);
+void fill_avx512_packed(CpuKernels& k);
 
 // The table in use (chosen on first call).
 const CpuKernels& cpu_kernels();

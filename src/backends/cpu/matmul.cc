@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "backends/cpu/dot.h"
+#include "backends/cpu/packed.h"
 #include "backends/cpu/quantize_acts.h"
 #include "util/check.h"
 
@@ -43,12 +44,19 @@ const KernelTables& tables() {
     KernelTables t;
     __builtin_cpu_init();
     fill_portable_kernels(t.portable);
+    fill_portable_packed(t.portable);
     t.has_avx2 = machine_has_avx2();
     t.has_avx512 = machine_has_avx512();
     t.avx2 = t.portable;
-    if (t.has_avx2) fill_avx2_kernels(t.avx2);
+    if (t.has_avx2) {
+      fill_avx2_kernels(t.avx2);
+      fill_avx2_packed(t.avx2);
+    }
     t.avx512 = t.avx2;
-    if (t.has_avx512) fill_avx512_kernels(t.avx512);
+    if (t.has_avx512) {
+      fill_avx512_kernels(t.avx512);
+      fill_avx512_packed(t.avx512);
+    }
     t.chosen = t.has_avx512 ? &t.avx512 : t.has_avx2 ? &t.avx2 : &t.portable;
     if (const char* forced = std::getenv("SALVO_CPU_PATH")) {
       const CpuKernels* k = nullptr;
@@ -65,6 +73,32 @@ const KernelTables& tables() {
     return t;
   }();
   return t;
+}
+
+// Threads take contiguous shares of row groups; within a share, tiles of groups stay in cache
+// while the activation rows pass over them kMaxPackedActs at a time.
+void matmul_packed(PackedGroupFn kernel, ThreadPool& pool, const WeightView& w, const uint8_t* acts,
+                   size_t act_stride, int64_t n_rows, float* y) {
+  const int64_t n_out = w.n_out;
+  const size_t group_bytes = packed_group_bytes(w.type, w.n_in);
+  const auto* base = static_cast<const uint8_t*>(w.packed);
+  const int64_t tile = std::max<int64_t>(1, static_cast<int64_t>(kTileWeightBytes / group_bytes));
+  pool.parallel_for(n_out / kPackRows, [&](int, int64_t begin, int64_t end) {
+    float out[kMaxPackedActs * kPackRows];
+    for (int64_t g0 = begin; g0 < end; g0 += tile) {
+      const int64_t g1 = std::min(end, g0 + tile);
+      for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxPackedActs) {
+        const int nr = static_cast<int>(std::min<int64_t>(kMaxPackedActs, n_rows - r0));
+        for (int64_t g = g0; g < g1; ++g) {
+          kernel(w.n_in, base + g * group_bytes, acts + r0 * act_stride, act_stride, nr, out);
+          for (int r = 0; r < nr; ++r) {
+            std::memcpy(y + (r0 + r) * n_out + g * kPackRows, out + r * kPackRows,
+                        kPackRows * sizeof(float));
+          }
+        }
+      }
+    }
+  });
 }
 
 }  // namespace
@@ -132,6 +166,13 @@ void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& 
       pool.parallel_for(n_rows, quantize);
     }
     acts = q;
+  }
+
+  if (w.packed != nullptr) {
+    const PackedGroupFn kernel = kernels.packed[static_cast<int>(weight_kind(w.type))];
+    SALVO_CHECK(kernel != nullptr && n_out % kPackRows == 0);
+    matmul_packed(kernel, pool, w, acts, act_stride, n_rows, y);
+    return;
   }
 
   const size_t w_stride = row_bytes(w.type, n_in);

@@ -21,6 +21,10 @@ struct WeightView {
   const void* data = nullptr;
   int64_t n_out = 0;
   int64_t n_in = 0;
+  // The same matrix repacked at load (backends/cpu/packed.h), or null. Matmul uses it for
+  // every batch size when set; `data` stays valid for row lookups (embeddings) and other
+  // backends.
+  const void* packed = nullptr;
 };
 
 // Reusable per-thread scratch for quantized activations, so decode does not allocate.

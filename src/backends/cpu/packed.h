@@ -1,0 +1,57 @@
+// Weights repacked at load for the k-quants (Q4_K, Q6_K): eight output rows interleaved per
+// super-block, so one 32-byte load holds four consecutive quants of each of the eight rows and
+// one byte-product instruction (vpdpbusd) multiplies them against four activation bytes
+// broadcast to every lane: eight outputs advance per instruction instead of one. Scales come
+// unpacked (no 6-bit shuffles in the inner loop). Sizes match the GGUF blocks (Q4_K +2.8%,
+// Q6_K exact), so decode reads about the same bytes and prefill does a fraction of the work.
+//
+// Row invariance: a packed kernel computes each output lane with the same instruction sequence
+// whatever the number of activation rows, and every batch size uses the packed kernel, so a
+// row's result never depends on its batch. The portable kernel performs the same float
+// operations (fma where the SIMD code fuses), so every path gives identical bits.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "backends/cpu/matmul.h"
+#include "quant/types.h"
+
+namespace salvo::cpu {
+
+inline constexpr int kPackRows = 8;       // output rows interleaved per group
+inline constexpr int kMaxPackedActs = 4;  // activation rows per kernel call
+
+// One super-block (256 inputs) of eight Q4_K rows.
+struct PackedQ4K {
+  fp16_t d[kPackRows];
+  fp16_t dmin[kPackRows];
+  uint8_t sc[8][kPackRows];         // [sub-block][row], 6-bit scales
+  uint8_t mins[4][kPackRows][2];    // [sub-block pair][row][which of the pair], 6-bit minimums
+  uint8_t qs[8][4][kPackRows * 4];  // [sub-block][step of 8 quants][row * 4 + i]:
+                                    // low nibble = quant 8*step + i, high = 8*step + 4 + i
+};
+static_assert(sizeof(PackedQ4K) == 1184);
+
+// One super-block of eight Q6_K rows (sub-blocks of 16).
+struct PackedQ6K {
+  fp16_t d[kPackRows];
+  int8_t sc[16][kPackRows];          // [sub-block][row]
+  uint8_t ql[16][2][kPackRows * 4];  // [sub-block][step of 8][row * 4 + i], nibbles as Q4K
+  // [sub-block][row * 4 + i]: 2-bit highs of quants 8 + i (bits 0-1), 12 + i (2-3), i (4-5)
+  // and 4 + i (6-7), placed so each comes out as (bits & 0x30) after at most one shift.
+  uint8_t qh[16][kPackRows * 4];
+};
+static_assert(sizeof(PackedQ6K) == 1680);
+
+// Whether `type` has a packed layout and the shape fits it (n_out a multiple of kPackRows).
+bool packable(DType type, int64_t n_out, int64_t n_in);
+// Bytes of the packed matrix.
+size_t packed_bytes(DType type, int64_t n_out, int64_t n_in);
+// Bytes of one group of kPackRows rows.
+size_t packed_group_bytes(DType type, int64_t n_in);
+// Repacks the whole matrix (packable(w) must hold); threads split the row groups.
+std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool);
+
+}  // namespace salvo::cpu
