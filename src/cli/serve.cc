@@ -19,6 +19,7 @@ namespace {
 struct ServeOptions {
   std::string model;
   std::string draft_model;
+  std::string spec = "auto";
   server::ServerOptions server;
 };
 
@@ -32,6 +33,10 @@ void serve(ServeOptions& o) {
   o.server.model_id = model_id(o.model);
   o.server.model_path = resolve_model(o.model);
   if (!o.draft_model.empty()) o.server.draft_model_path = resolve_model(o.draft_model);
+  auto spec_mode = parse_spec_mode(o.spec);
+  if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
+  o.server.spec.mode = *spec_mode;
+  if (Status st = o.server.spec.validate(); !st.ok()) throw CliError(st.message());
 
   // Signals are taken by one thread with sigwait; every other thread (created after this)
   // inherits the blocked mask, so no handler runs at an arbitrary point of the server.
@@ -92,6 +97,17 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--timeout", s.timeout_s, "seconds a request may take, queueing included")
       ->check(CLI::Range(0.1, 86400.0))
+      ->capture_default_str();
+  // The testing drafters (random, wrong, deep) are accepted but not advertised.
+  cmd->add_option(
+         "--spec", o->spec,
+         "speculative decoding: auto (n-gram drafts while they measurably pay), ngram, none")
+      ->capture_default_str();
+  cmd->add_option("--spec-budget", s.spec.budget, "draft tree nodes per forward pass")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--spec-depth", s.spec.depth, "deepest draft token below the last one")
+      ->check(CLI::Range(0, 256))
       ->capture_default_str();
   cmd->callback([o] { serve(*o); });
 }

@@ -165,6 +165,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     parsed.generate.max_tokens = options.context_size - static_cast<int>(prompt.size());
   }
 
+  parsed.generate.spec = options.spec;
   const auto deadline =
       Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(options.timeout_s * 1000));
   auto job = std::make_shared<Job>(std::move(parsed.generate), deadline);
@@ -413,6 +414,9 @@ void HttpServer::Impl::load() {
     // Completions still work; chat requests get this message.
     chat_template_status = parsed.status();
   }
+  // Published under stop_mu: a stop() during loading either sees the scheduler or none at all.
+  std::lock_guard lock(stop_mu);
+  if (stopped) return;
   scheduler = std::make_unique<Scheduler>(*engine,
                                           SchedulerOptions{.parallel = options.parallel,
                                                            .context_size = options.context_size,

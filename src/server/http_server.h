@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "speculative/drafter.h"
 #include "util/status.h"
 
 namespace salvo::server {
@@ -21,6 +22,7 @@ struct ServerOptions {
   std::string api_key;     // empty = no authentication
   int threads = 0;         // 0 = all cores
   double timeout_s = 600;  // per request, from its arrival
+  SpecOptions spec;        // for every request
   size_t max_body_bytes = 8u << 20;
   int shutdown_grace_ms = 5000;  // in-flight requests may finish for this long after a signal
 };

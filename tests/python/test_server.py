@@ -109,7 +109,10 @@ class Server:
 
 @pytest.fixture(scope="module")
 def server():
-    s = Server("--parallel", "4", "--ctx", str(CTX), "--timeout", "120")
+    # Always drafting (ngram) puts draft trees of several sequences into the shared passes; the
+    # text must not change (salvo run below uses the default, auto).
+    s = Server("--parallel", "4", "--ctx", str(CTX), "--timeout", "120", "--spec", "ngram",
+               "--spec-budget", "6")
     yield s
     assert s.stop() == 0, s.stderr()
 
@@ -233,20 +236,20 @@ CONCURRENT_PROMPTS = [
 
 def test_concurrent_requests_equal_requests_served_alone(server):
     client = server.client()
-    alone = [chat(client, p, max_tokens=40, **kw).choices[0].message.content
+    alone = [chat(client, p, max_tokens=32, **kw).choices[0].message.content
              for p, kw in CONCURRENT_PROMPTS]
 
     def one(i):
-        p, kw = CONCURRENT_PROMPTS[i % len(CONCURRENT_PROMPTS)]
+        p, kw = CONCURRENT_PROMPTS[i]
         if i % 2:
-            return stream_chat(client, p, max_tokens=40, **kw)[0]
-        return chat(client, p, max_tokens=40, **kw).choices[0].message.content
+            return stream_chat(client, p, max_tokens=32, **kw)[0]
+        return chat(client, p, max_tokens=32, **kw).choices[0].message.content
 
-    n = 2 * len(CONCURRENT_PROMPTS)
-    with ThreadPoolExecutor(n) as pool:
-        together = list(pool.map(one, range(n)))
+    # More requests than slots: some wait, then join the running batch between passes.
+    with ThreadPoolExecutor(len(CONCURRENT_PROMPTS)) as pool:
+        together = list(pool.map(one, range(len(CONCURRENT_PROMPTS))))
     for i, text in enumerate(together):
-        assert text == alone[i % len(CONCURRENT_PROMPTS)], CONCURRENT_PROMPTS[i % 6][0]
+        assert text == alone[i], CONCURRENT_PROMPTS[i][0]
     # The passes were shared: fewer passes than sequences times passes.
     metrics = server.request("GET", "/metrics")[1]
     rows = float(re.search(r"^salvo_batch_sequences_total (\S+)", metrics, re.M).group(1))
@@ -397,8 +400,8 @@ def test_metrics_parse(server):
 
 # --- authentication, queueing, cancellation, shutdown --------------------------------------------
 
-def test_api_key():
-    s = Server("--api-key", "sekrit", "--parallel", "1", "--ctx", "512")
+def test_api_key_and_time_limit():
+    s = Server("--api-key", "sekrit", "--parallel", "1", "--ctx", "1024", "--timeout", "2")
     try:
         assert_error(s.request("GET", "/v1/models"), 401, code="invalid_api_key")
         assert_error(s.request("POST", CHAT, body=good_chat(),
@@ -407,7 +410,15 @@ def test_api_key():
         openai = _import_or_missing("openai")
         with pytest.raises(openai.AuthenticationError):
             s.client(api_key="wrong").models.list()
-        assert chat(s.client(api_key="sekrit"), "hi", max_tokens=2).choices
+        client = s.client(api_key="sekrit")
+        assert chat(client, "hi", max_tokens=2).choices
+        # The time limit ends a long generation early, as a normal (truncated) answer.
+        start = time.time()
+        long = chat(client, "Tell me everything about the history of Rome.", max_tokens=1000,
+                    temperature=0, extra_body={"ignore_eos": True})
+        assert time.time() - start < 10
+        assert long.choices[0].finish_reason == "length"
+        assert 0 < long.usage.completion_tokens < 1000
     finally:
         assert s.stop() == 0
 
