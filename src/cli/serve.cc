@@ -32,7 +32,11 @@ std::string model_id(const std::string& name_or_path) {
 void serve(ServeOptions& o) {
   o.server.model_id = model_id(o.model);
   o.server.model_path = resolve_model(o.model);
-  if (!o.draft_model.empty()) o.server.draft_model_path = resolve_model(o.draft_model);
+  if (!o.draft_model.empty()) {
+    o.server.draft_model_path = resolve_model(o.draft_model);
+    // TODO(merge): hand draft_model_path to create_drafter once the draft-model drafter lands.
+    std::fprintf(stderr, "salvo: note: --draft-model is not used yet; drafting follows --spec\n");
+  }
   auto spec_mode = parse_spec_mode(o.spec);
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
   o.server.spec.mode = *spec_mode;

@@ -344,7 +344,12 @@ void HttpServer::Impl::routes() {
       return send_error(res,
                         status_error(503, "the model is loading", "unavailable_error", "loading"));
     }
-    send_json(res, {{"status", stopping ? "shutting down" : "ok"}});
+    if (stopping) {
+      // Load balancers stop sending requests here while the in-flight ones finish.
+      return send_error(res, status_error(503, "the server is shutting down", "unavailable_error",
+                                          "shutting_down"));
+    }
+    send_json(res, {{"status", "ok"}});
   });
   http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.prometheus(), "text/plain; version=0.0.4");
