@@ -204,6 +204,10 @@ def test_completions_streaming_and_not(server):
     raw = salvo_run_json("Count to five: one, two,", "--raw", "--max-tokens", "12",
                          "--temperature", "0")
     assert whole.choices[0].text == raw["text"]
+    # The prompt as token ids gives the same completion.
+    by_ids = client.completions.create(model=MODEL, prompt=raw["prompt_tokens"], max_tokens=12,
+                                       temperature=0)
+    assert by_ids.choices[0].text == raw["text"]
 
 
 SAMPLED = dict(temperature=0.9, top_p=0.95, seed=1234,
