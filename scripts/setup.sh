@@ -8,7 +8,7 @@ mode=${1:-build}
 LLAMA_CPP_VERSION=0.3.36
 
 apt_packages=(cmake g++ make python3 python3-pip libfmt-dev nlohmann-json3-dev libcli11-dev
-              libcpp-httplib-dev libgtest-dev libgmock-dev libbenchmark-dev)
+              libcpp-httplib-dev pkg-config libgtest-dev libgmock-dev libbenchmark-dev)
 if [ "$mode" = test ]; then
   apt_packages+=(clang libclang-rt-14-dev)
 fi
@@ -32,6 +32,10 @@ if [ "$mode" = test ]; then
   python3 -c "import gguf" 2>/dev/null || py_missing+=(gguf)
   python3 -c "import pytest" 2>/dev/null || py_missing+=(pytest)
   python3 -c "import jinja2" 2>/dev/null || py_missing+=(jinja2)
+  # The server tests drive `salvo serve` with the official OpenAI client and parse /metrics
+  # with Prometheus' own parser.
+  python3 -c "import openai" 2>/dev/null || py_missing+=(openai)
+  python3 -c "import prometheus_client" 2>/dev/null || py_missing+=(prometheus-client)
   if [ ${#py_missing[@]} -gt 0 ]; then
     echo "setup: pip installing ${py_missing[*]}"
     python3 -m pip install -q --disable-pip-version-check "${py_missing[@]}"

@@ -22,6 +22,7 @@ class Engine {
                                                 const EngineOptions& options);
 
   Model& model() { return *model_; }
+  const Model& model() const { return *model_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
   double load_ms() const { return load_ms_; }

@@ -1,0 +1,254 @@
+#include "engine/sequence.h"
+
+#include <algorithm>
+
+#include "util/check.h"
+#include "util/memory.h"
+
+namespace salvo {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double ms_since(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+void record_acceptance(const DraftTree& tree, const AcceptResult& accepted,
+                       GenerationStats& stats) {
+  stats.drafted_nodes += tree.size();
+  stats.accepted_draft_tokens += static_cast<int>(accepted.path.size());
+  // Depths 1..path were tested and accepted; the next one was tested only if the walk stopped
+  // at a node with children.
+  const size_t tested = accepted.path.size() + (accepted.rejected_draft ? 1 : 0);
+  if (stats.tested_per_depth.size() < tested) {
+    stats.tested_per_depth.resize(tested, 0);
+    stats.accepted_per_depth.resize(tested, 0);
+  }
+  for (size_t d = 0; d < tested; ++d) {
+    ++stats.tested_per_depth[d];
+    if (d < accepted.path.size()) ++stats.accepted_per_depth[d];
+  }
+}
+
+}  // namespace
+
+double GenerationStats::prefill_tokens_per_second() const {
+  const int n = prompt_tokens - cached_prompt_tokens;
+  return prefill_ms > 0 ? n * 1000.0 / prefill_ms : 0.0;
+}
+
+double GenerationStats::decode_tokens_per_second() const {
+  return decode_ms > 0 && generated_tokens > 1 ? (generated_tokens - 1) * 1000.0 / decode_ms : 0.0;
+}
+
+double GenerationStats::tokens_per_pass() const {
+  return forward_passes > 0 ? static_cast<double>(generated_tokens) / forward_passes : 0.0;
+}
+
+std::vector<double> GenerationStats::acceptance_per_depth() const {
+  std::vector<double> rates;
+  for (size_t d = 0; d < tested_per_depth.size(); ++d) {
+    rates.push_back(tested_per_depth[d] > 0
+                        ? static_cast<double>(accepted_per_depth[d]) / tested_per_depth[d]
+                        : 0.0);
+  }
+  return rates;
+}
+
+double GenerationStats::draft_share() const { return decode_ms > 0 ? draft_ms / decode_ms : 0.0; }
+
+std::unique_ptr<Drafter> create_drafter(const SpecOptions& spec, const Model& model,
+                                        uint64_t seed) {
+  return make_drafter(spec.mode, model.config().n_vocab, seed);
+}
+
+Sequence::Sequence(Model& model, const Tokenizer& tokenizer, KvCache& kv, int seq_id)
+    : model_(model), tokenizer_(tokenizer), kv_(kv), seq_id_(seq_id) {}
+
+int Sequence::common_prefix(std::span<const int32_t> prompt) const {
+  // At least one prompt token is recomputed so its logits exist.
+  size_t common = 0;
+  while (common < history_.size() && common + 1 < prompt.size() &&
+         history_[common] == prompt[common]) {
+    ++common;
+  }
+  return static_cast<int>(common);
+}
+
+Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
+  SALVO_CHECK(!active());
+  const int n_prompt = static_cast<int>(request.prompt.size());
+  if (n_prompt == 0) return Status::error("the prompt is empty");
+  if (request.max_tokens < 0) return Status::error("max_tokens must be >= 0");
+  if (n_prompt >= context_size()) {
+    return Status::error("the prompt has " + std::to_string(n_prompt) +
+                         " tokens, which does not fit the context size of " +
+                         std::to_string(context_size()) + " (raise --ctx)");
+  }
+  SALVO_ASSIGN_OR_RETURN(Sampler sampler,
+                         Sampler::create(request.sampling, model_.config().n_vocab));
+  SALVO_RETURN_IF_ERROR(request.spec.validate());
+  if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed) {
+    drafter_ = create_drafter(request.spec, model_, request.sampling.seed);
+    drafter_mode_ = request.spec.mode;
+    drafter_seed_ = request.sampling.seed;
+    policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
+  }
+
+  start_time_ = first_token_time_ = Clock::now();
+  request_ = request;
+  on_text_ = std::move(on_text);
+  sampler_.emplace(std::move(sampler));
+  decoder_.emplace(tokenizer_, /*render_special=*/false);
+  stops_.emplace(request.stop);
+  result_ = GenerationResult();
+  cancelled_ = false;
+  tree_.clear();
+
+  const int common = common_prefix(request.prompt);
+  kv_.truncate(seq_id_, common);
+  history_.assign(request.prompt.begin(), request.prompt.end());
+  result_.stats.prompt_tokens = n_prompt;
+  result_.stats.cached_prompt_tokens = common;
+  result_.stats.finish_reason = "length";
+  prefilled_ = common;
+  max_new_ = std::min(request.max_tokens, context_size() - n_prompt);
+  phase_ = Phase::kPrefill;
+  return Status();
+}
+
+int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
+  SALVO_CHECK(active());
+  if (phase_ == Phase::kPrefill) {
+    const int total = static_cast<int>(history_.size());
+    pass_prefill_ = std::min(std::max(1, max_prefill_rows), total - prefilled_);
+    batch.add_chain(history_.data() + prefilled_, pass_prefill_, prefilled_, seq_id_,
+                    /*logits_last_only=*/true);
+    return 1;
+  }
+  const int committed = static_cast<int>(history_.size());
+  GenerationStats& stats = result_.stats;
+  // A pass emits its accepted path plus one bonus token, so the path may be at most
+  // remaining - 1 deep; every row must also fit the cache behind the committed tokens.
+  const int depth = std::min(request_.spec.depth, max_new_ - stats.generated_tokens - 1);
+  const int budget = std::min(request_.spec.budget, context_size() - committed - 1);
+  history_.push_back(root_);
+  tree_.clear();
+  pass_draft_ms_ = 0;
+  if (drafter_ && depth > 0 && budget > 0 && policy_.should_draft()) {
+    const auto draft_start = Clock::now();
+    tree_ = drafter_->propose(history_, budget, depth);
+    pass_draft_ms_ = ms_since(draft_start);
+    stats.draft_ms += pass_draft_ms_;
+    SALVO_CHECK(tree_.is_valid() && tree_.size() <= budget && tree_.max_depth() <= depth);
+  }
+  const int first_row = batch.size();
+  append_draft_rows(tree_, root_, committed, seq_id_, batch);
+  pass_rows_ = batch.size() - first_row;
+  return pass_rows_;
+}
+
+void Sequence::abort_pass() {
+  // Keep history_ equal to the committed tokens: the pass committed nothing.
+  if (phase_ == Phase::kDecode) history_.pop_back();
+  if (phase_ == Phase::kPrefill) history_.resize(prefilled_);
+  phase_ = Phase::kIdle;
+}
+
+void Sequence::stop(const std::string& reason) {
+  SALVO_CHECK(active());
+  result_.stats.finish_reason = reason;
+  // Only the committed part of an interrupted prompt stays (still a valid prefix to reuse).
+  if (phase_ == Phase::kPrefill) history_.resize(prefilled_);
+  finish();
+}
+
+void Sequence::emit(const std::string& piece) {
+  if (piece.empty() || cancelled_) return;
+  result_.text += piece;
+  if (on_text_ && !on_text_(piece)) cancelled_ = true;
+}
+
+// Tokens arrive one at a time whether a pass produced one or several, so the stop rules cut
+// exactly where plain decoding would.
+bool Sequence::emit_token(int32_t token) {
+  GenerationStats& stats = result_.stats;
+  result_.tokens.push_back(token);
+  ++stats.generated_tokens;
+  if (stats.generated_tokens == 1) {
+    stats.ttft_ms = ms_since(start_time_);
+    first_token_time_ = Clock::now();
+  }
+  if (!request_.ignore_eos && tokenizer_.is_end_of_generation(token)) {
+    stats.finish_reason = "stop";
+    return true;
+  }
+  const auto matched = stops_->feed(decoder_->push(token));
+  emit(matched.text);
+  if (matched.stopped) {
+    stats.finish_reason = "stop";
+    return true;
+  }
+  if (cancelled_) {
+    stats.finish_reason = "cancelled";
+    return true;
+  }
+  return stats.generated_tokens == max_new_;  // no logits needed after the last token
+}
+
+void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
+  SALVO_CHECK(active());
+  GenerationStats& stats = result_.stats;
+  if (phase_ == Phase::kPrefill) {
+    kv_.commit_prefix(seq_id_, pass_prefill_);
+    prefilled_ += pass_prefill_;
+    if (prefilled_ < static_cast<int>(history_.size())) return;
+    stats.prefill_ms = ms_since(start_time_);
+    stats.forward_passes = 1;
+    phase_ = Phase::kDecode;
+    if (max_new_ == 0) return finish();
+    // The root: sampled, emitted, not committed; row 0 of the next verification pass.
+    root_ = sampler_->sample(logits, static_cast<int64_t>(history_.size()), history_);
+    if (emit_token(root_)) finish();
+    return;
+  }
+  ++stats.forward_passes;
+  const AcceptResult accepted = verifier_.accept(tree_, logits, *sampler_, history_);
+  kv_.commit(seq_id_, accepted.kept_rows());
+  SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));
+  record_acceptance(tree_, accepted, stats);
+  // The drafter's time is part of what a drafted pass costs.
+  policy_.record(pass_rows_, pass_ms + pass_draft_ms_, static_cast<int>(accepted.path.size()) + 1);
+  for (int32_t token : accepted.tokens(tree_)) {
+    if (emit_token(token)) return finish();
+  }
+  root_ = accepted.bonus_token;
+}
+
+void Sequence::finish() {
+  GenerationStats& stats = result_.stats;
+  if (phase_ == Phase::kDecode && stats.generated_tokens > 0) {
+    // Leave the state plain decoding leaves (every emitted token but the last committed), even
+    // when a stop cut an accepted path short, so the next turn reuses the same prefix.
+    const int keep = stats.prompt_tokens + stats.generated_tokens - 1;
+    kv_.truncate(seq_id_, keep);
+    if (static_cast<int>(history_.size()) > keep) history_.resize(keep);
+  }
+  if (!stops_->stopped()) emit(stops_->feed(decoder_->flush()).text + stops_->flush());
+  if (stats.generated_tokens > 0) {
+    stats.decode_ms =
+        std::chrono::duration<double, std::milli>(Clock::now() - first_token_time_).count();
+  }
+  stats.peak_rss_bytes = peak_rss_bytes();
+  phase_ = Phase::kDone;
+}
+
+GenerationResult Sequence::take_result() {
+  SALVO_CHECK(done());
+  phase_ = Phase::kIdle;
+  on_text_ = nullptr;
+  return std::move(result_);
+}
+
+}  // namespace salvo
