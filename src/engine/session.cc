@@ -95,7 +95,12 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
                          Sampler::create(request.sampling, model_.config().n_vocab));
   SALVO_RETURN_IF_ERROR(request.spec.validate());
   if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed) {
-    drafter_ = make_drafter(request.spec.mode, model_.config().n_vocab, request.sampling.seed);
+    SALVO_ASSIGN_OR_RETURN(drafter_,
+                           make_drafter(request.spec.mode, {.n_vocab = tokenizer_.n_vocab(),
+                                                            .seed = request.sampling.seed,
+                                                            .draft_model = draft_model_,
+                                                            .pool = &pool_,
+                                                            .context_size = context_size()}));
     drafter_mode_ = request.spec.mode;
     drafter_seed_ = request.sampling.seed;
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
@@ -170,12 +175,14 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
       history_.push_back(root);
       DraftTree tree;
       double this_draft_ms = 0;
-      if (drafter_ && depth > 0 && budget > 0 && policy_.should_draft()) {
+      const DraftSize size = drafter_ ? policy_.next(budget, depth) : DraftSize{};
+      if (size.drafting()) {
         const auto draft_start = Clock::now();
-        tree = drafter_->propose(history_, budget, depth);
+        tree = drafter_->propose(history_, size.budget, size.depth);
         this_draft_ms = ms_since(draft_start);
         stats.draft_ms += this_draft_ms;
-        SALVO_CHECK(tree.is_valid() && tree.size() <= budget && tree.max_depth() <= depth);
+        SALVO_CHECK(tree.is_valid() && tree.size() <= size.budget &&
+                    tree.max_depth() <= size.depth);
       }
       batch_.clear();
       append_draft_rows(tree, root, committed, /*seq_id=*/0, batch_);
@@ -191,9 +198,14 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
       kv_.commit(0, accepted.kept_rows());
       SALVO_CHECK(kv_.committed(0) == static_cast<int>(history_.size()));
       record_acceptance(tree, accepted, stats);
-      // The drafter's time is part of what a drafted pass costs.
-      policy_.record(batch_.size(), pass_ms + this_draft_ms,
-                     static_cast<int>(accepted.path.size()) + 1);
+      const int n_accepted = static_cast<int>(accepted.path.size());
+      policy_.record({.rows = batch_.size(),
+                      .pass_ms = pass_ms,
+                      .draft_ms = this_draft_ms,
+                      .tree_depth = tree.max_depth(),
+                      .accepted = n_accepted,
+                      .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
+                      .tokens_emitted = n_accepted + 1});
 
       for (int32_t token : accepted.tokens(tree)) {
         if ((done = emit_token(token))) break;

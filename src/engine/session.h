@@ -73,6 +73,12 @@ class Session {
           int prefill_chunk = 512);
 
   int context_size() const { return kv_.capacity(); }
+  // The model --spec draft (and auto) drafts with; it must outlive the session. Takes effect
+  // at the next generate() that creates its drafter.
+  void set_draft_model(Model* draft_model) {
+    draft_model_ = draft_model;
+    drafter_.reset();
+  }
   const std::vector<int32_t>& history() const { return history_; }
 
   Expected<GenerationResult> generate(const GenerateRequest& request, const TextCallback& on_text);
@@ -92,6 +98,7 @@ class Session {
   TokenBatch batch_;
   // Kept across turns so an n-gram index only has to learn the new tokens.
   std::unique_ptr<Drafter> drafter_;
+  Model* draft_model_ = nullptr;
   SpecMode drafter_mode_ = SpecMode::kNone;
   uint64_t drafter_seed_ = 0;
   SpecPolicy policy_;  // measured costs and gains of drafting on this backend
