@@ -15,25 +15,23 @@ DraftModelDrafter::DraftModelDrafter(Model& model, ThreadPool& pool, int32_t n_t
       kv_(model.config(), 1, options.context_size) {}
 
 Status DraftModelDrafter::sync(std::span<const int32_t> context) {
-  const size_t n_cached = context.size() - 1;  // everything but the root
+  // The cache may hold draft tokens beyond the last context (a committed trunk, see propose());
+  // those the target accepted are reused. The root is always recomputed for its logits.
   size_t common = 0;
-  while (common < cached_.size() && common < n_cached && cached_[common] == context[common]) {
+  while (common < cached_.size() && common + 1 < context.size() &&
+         cached_[common] == context[common]) {
     ++common;
   }
   kv_.truncate(0, static_cast<int>(common));
   cached_.resize(common);
-  // Rows [common, context.size()): chunks of committed tokens, the last chunk ending with the
-  // root, whose row is computed but not committed.
   for (size_t start = common; start < context.size();) {
     const size_t len = std::min<size_t>(options_.prefill_chunk, context.size() - start);
-    const bool last = start + len == context.size();
     batch_.clear();
     batch_.add_chain(context.data() + start, static_cast<int32_t>(len), static_cast<int32_t>(start),
                      0, /*logits_last_only=*/true);
     SALVO_RETURN_IF_ERROR(model_.forward(pool_, batch_, kv_, logits_));
-    const size_t keep = last ? len - 1 : len;
-    kv_.commit_prefix(0, static_cast<int>(keep));
-    cached_.insert(cached_.end(), context.begin() + start, context.begin() + start + keep);
+    kv_.commit_prefix(0, static_cast<int>(len));
+    cached_.insert(cached_.end(), context.begin() + start, context.begin() + start + len);
     start += len;
   }
   return Status();
@@ -80,11 +78,34 @@ DraftTree DraftModelDrafter::to_dfs(std::vector<int32_t>& dfs_of) const {
   return tree;
 }
 
+void DraftModelDrafter::append_uncommitted_rows(const DraftTree& tree, int committed_depth,
+                                                int32_t root_position) {
+  // The committed trunk is nodes [0, committed_depth) in DFS order (one node per level comes
+  // first); the rows are the nodes after it, whose parent -1 is the trunk's last node.
+  const auto& nodes = tree.nodes();
+  const int32_t n_rows = tree.size() - committed_depth;
+  batch_.clear();
+  for (int32_t r = 0; r < n_rows; ++r) {
+    const DraftNode& n = nodes[committed_depth + r];
+    batch_.tokens.push_back(n.token);
+    batch_.positions.push_back(root_position + n.depth);
+    batch_.seq_ids.push_back(0);
+    batch_.parents.push_back(n.parent < committed_depth ? -1 : n.parent - committed_depth);
+    batch_.subtree_end.push_back(r);
+    batch_.want_logits.push_back(0);
+  }
+  for (int32_t r = n_rows - 1; r > 0; --r) {
+    const int32_t parent = batch_.parents[r];
+    if (parent >= 0)
+      batch_.subtree_end[parent] = std::max(batch_.subtree_end[parent], batch_.subtree_end[r]);
+  }
+}
+
 DraftTree DraftModelDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
   grow_.clear();
-  const int n_committed = static_cast<int>(context.size()) - 1;  // the draft cache's length
-  // The root and every tree row sit behind the committed context in the draft cache.
-  budget = std::min(budget, kv_.capacity() - n_committed - 1);
+  const int32_t n_context = static_cast<int32_t>(context.size());
+  // The context and every tree row must fit the draft cache.
+  budget = std::min(budget, kv_.capacity() - n_context);
   max_depth = std::min(max_depth, budget);
   if (context.empty() || max_depth <= 0) return DraftTree();
   // A failed draft forward only loses the draft; the target decodes on without one.
@@ -94,6 +115,11 @@ DraftTree DraftModelDrafter::propose(std::span<const int32_t> context, int budge
     return DraftTree();
   }
   const int32_t n_vocab = model_.config().n_vocab;
+  // While the tree is a chain, each level's node is committed to the draft cache after its
+  // pass, so the next pass is one row; from the first branching on, each pass recomputes the
+  // nodes below the committed trunk (tree rows are never committed next to each other).
+  int committed_depth = 0;
+  bool chain = true;
   // The nodes whose children the next level chooses from, with their logits rows.
   std::vector<int32_t> frontier = {-1};
   std::vector<const float*> frontier_logits = {logits_.data()};
@@ -122,15 +148,18 @@ DraftTree DraftModelDrafter::propose(std::span<const int32_t> context, int budge
       frontier.push_back(static_cast<int32_t>(grow_.size()));
       grow_.push_back(c);
     }
+    chain = chain && frontier.size() == 1;
     if (frontier.empty() || depth == max_depth || static_cast<int>(grow_.size()) >= budget) break;
 
-    // One pass over the root and the whole tree so far; logits for the new level only.
     const DraftTree tree = to_dfs(dfs_of);
-    batch_.clear();
-    append_draft_rows(tree, context.back(), n_committed, /*seq_id=*/0, batch_);
-    std::fill(batch_.want_logits.begin(), batch_.want_logits.end(), 0);
-    for (int32_t i : frontier) batch_.want_logits[1 + dfs_of[i]] = 1;
+    append_uncommitted_rows(tree, committed_depth, n_context - 1);
+    for (int32_t i : frontier) batch_.want_logits[dfs_of[i] - committed_depth] = 1;
     if (!model_.forward(pool_, batch_, kv_, logits_).ok()) break;
+    if (chain) {
+      kv_.commit_prefix(0, 1);
+      cached_.push_back(grow_[frontier[0]].token);
+      committed_depth = depth;
+    }
     // Logits rows come in batch-row order.
     std::vector<int32_t> rows;
     for (int32_t i : frontier) rows.push_back(dfs_of[i]);

@@ -1,16 +1,17 @@
 // DraftModelDrafter: drafts with a second, smaller model that shares the target's vocabulary.
 //
-// The draft model has its own KV cache (one sequence) holding the context of the last proposal
-// up to its root. Each proposal first brings that cache in line with the new context (common
-// prefix kept, the rest truncated, the missing tokens — usually the previous root and the
-// accepted path — run in one batch with the new root, whose logits give depth 1), then grows a tree
-// level by level: one draft forward per level over the whole tree so far (tree rows are never
-// committed, so each level's pass recomputes the uncommitted ancestors; with the small trees a pass
-// verifies this costs far less than a pass per node). Nodes are chosen greedily on the draft's own
-// probabilities: a node always gets its most likely child and, where that child is uncertain, the
-// runners-up as siblings; the tree keeps the candidates of highest cumulative probability within
-// the budget. Since draft rows are never committed, the cache follows the target's commits and
-// rollbacks by construction.
+// The draft model has its own KV cache (one sequence). Each proposal first brings that cache in
+// line with the new context (common prefix kept, the rest truncated, the missing tokens — usually
+// the accepted path and the new root — run in one batch whose last row gives depth 1), then grows
+// a tree level by level, one draft forward per level. While the tree is a chain (the draft is
+// confident), each new node is committed to the draft cache, so every level costs a one-row
+// pass, and a trunk the target accepts is already in the cache next time. Below the first
+// branching nothing more is committed (siblings must not see each other) and each level's pass
+// recomputes the uncommitted nodes; the trees are small, and a pass of a few rows costs little
+// more than one. Nodes are chosen greedily on the draft's own probabilities: a node always gets
+// its most likely child and, where that child is uncertain, the runners-up as siblings; each
+// level keeps the candidates of highest cumulative probability. The cache is synchronised by
+// common prefix at every proposal, so it follows the target's commits and rollbacks.
 #pragma once
 
 #include <cstdint>
@@ -58,11 +59,14 @@ class DraftModelDrafter : public Drafter {
     double path_prob;  // product of the draft's probabilities from the root
   };
 
-  // Makes the cache hold `context` but its last token (the root) and logits_ the root's
-  // logits, running the root and the tokens the cache lacks in one batch.
+  // Makes the cache hold `context`, root included, and logits_ the root's logits, running the
+  // root and the tokens the cache lacks in one batch.
   Status sync(std::span<const int32_t> context);
   // The most likely next tokens after one logits row, best first, with softmax probabilities.
   std::vector<Candidate> top_candidates(const float* logits) const;
+  // Fills batch_ with the nodes of `tree` below its committed trunk of `committed_depth` nodes
+  // (the context's root sits at `root_position`), no logits wanted yet.
+  void append_uncommitted_rows(const DraftTree& tree, int committed_depth, int32_t root_position);
   // The grown nodes as a DraftTree in DFS order; `dfs_of[i]` is the tree index of grow_[i].
   DraftTree to_dfs(std::vector<int32_t>& dfs_of) const;
 
@@ -71,7 +75,7 @@ class DraftModelDrafter : public Drafter {
   int32_t n_tokens_;
   DraftModelOptions options_;
   KvCache kv_;
-  std::vector<int32_t> cached_;  // the tokens kv_ holds
+  std::vector<int32_t> cached_;  // the tokens kv_ holds: a context, maybe a draft trunk after it
   TokenBatch batch_;
   std::vector<float> logits_;
   std::vector<GrowNode> grow_;
