@@ -122,10 +122,10 @@ def child_llama(args) -> None:
                   verbose=False)
     out = []
     if args.lookup:
-        llm = llama_cpp.Llama(args.model, draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10),
-                              **kwargs)
+        llm = llama_cpp.Llama(args.model_path,
+                              draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), **kwargs)
     else:
-        llm = llama_cpp.Llama(args.model, **kwargs)
+        llm = llama_cpp.Llama(args.model_path, **kwargs)
     n_vocab = llm.n_vocab()
     llm.eval(jobs[0]["prompt_tokens"][:16])  # warm-up: page in the weights
     for job in jobs:
@@ -204,6 +204,7 @@ def main() -> None:
     ap.add_argument("--salvo", default=os.environ.get("SALVO_BIN", str(REPO_ROOT / "build/release/salvo")))
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--json-out", help="write every per-prompt figure here")
+    ap.add_argument("--reuse-salvo", help="take salvo's results from an earlier --json-out")
     # internal
     ap.add_argument("--child-llama", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--model-path", help=argparse.SUPPRESS)
@@ -222,11 +223,15 @@ def main() -> None:
     modes = ["none"] + [m for m in args.modes if m != "none"]  # none is every ratio's baseline
     prompts = load_prompts(args.prompts, args.limit, args.max_tokens)
     t0 = time.time()
-    salvo = {}
+    salvo = json.loads(pathlib.Path(args.reuse_salvo).read_text())["salvo"] if args.reuse_salvo else {}
     for mode in modes:
+        if mode in salvo and all(p["id"] in salvo[mode] for p in prompts):
+            continue
         print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
         salvo[mode] = {p["id"]: r for p, r in zip(prompts, run_salvo(args.salvo, model, draft, mode,
                                                                        prompts, args.threads))}
+        if args.json_out:
+            pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
     llama = {}
     if not args.skip_llama:
         jobs = [{"id": p["id"], "prompt_tokens": salvo["none"][p["id"]]["prompt_tokens"],
