@@ -17,9 +17,11 @@ get exercised; at T>0 the target's samples often leave the draft's greedy path),
 qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b (the pair the product uses) at T=0 on a few
 prompts. A mismatched vocabulary must be refused with an error naming the difference.
 
-Cost: every configuration runs 24 prompts x 16 generated tokens in one process (the 1.5B pair:
-the first 6 prompts). Environment:
-  SALVO_SPEC_PROMPTS=N  the first N prompts (default all 24)
+Cost: every configuration runs 20 prompts x 16 generated tokens in one process (the 1.5B pair:
+the first 4 prompts; adversarial drafters: every third prompt). Measured on a 2-core machine
+shared with ~10 other busy processes: the draft-model and adversarial tests took 41 min wall,
+14 min of CPU (24 prompts then); an idle 2-core machine needs a fraction of that. Environment:
+  SALVO_SPEC_PROMPTS=N  the first N prompts (default 20 of 24)
   SALVO_SPEC_TOKENS=N   tokens generated per prompt (default 16)
   SALVO_SPEC_LARGE=1    add qwen2.5-coder-1.5b to every n-gram / adversarial configuration
 """
@@ -63,7 +65,8 @@ PROMPTS = [
     "0x00, 0x01, 0x02, 0x03, 0x04,",
 ]
 
-PROMPTS = PROMPTS[:int(os.environ.get("SALVO_SPEC_PROMPTS", str(len(PROMPTS))))]
+# 20 prompts by default: the issue's minimum, within CI's time budget.
+PROMPTS = PROMPTS[:int(os.environ.get("SALVO_SPEC_PROMPTS", "20"))]
 
 MODELS = ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"]
 if os.environ.get("SALVO_SPEC_LARGE") == "1":
@@ -143,7 +146,7 @@ def test_auto_policy_equals_plain(model):
 # (target, draft model, samplings, number of prompts).
 DRAFT_PAIRS = [
     ("smollm2-135m", "smollm2-135m", list(SAMPLINGS), len(PROMPTS)),
-    ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ["greedy"], 6),
+    ("qwen2.5-coder-1.5b", "qwen2.5-coder-0.5b", ["greedy"], 4),
 ]
 
 
