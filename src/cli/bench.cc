@@ -1,6 +1,8 @@
 // `salvo bench`: llama-bench-style throughput table. pp<N>: one N-token prompt in one pass
 // (tokens/s); tg<N>: N one-token decode passes from an empty context. Each test is repeated
-// and reported as mean ± standard deviation.
+// and reported as mean ± standard deviation. With --draft-model the draft model's tg<N> runs too
+// (on the same threads), since its cost per token against the target's decides whether
+// draft-model speculation can pay on this machine.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -20,6 +22,7 @@ namespace {
 
 struct BenchOptions {
   std::string model;
+  std::string draft_model;
   int n_prompt = 512;
   int n_gen = 128;
   int reps = 5;
@@ -66,15 +69,15 @@ double time_prompt(Engine& e, const std::vector<int32_t>& ids) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double time_generation(Engine& e, const std::vector<int32_t>& ids) {
-  KvCache kv(e.model().config(), 1, static_cast<int>(ids.size()) + 1);
+double time_generation(Model& model, ThreadPool& pool, const std::vector<int32_t>& ids) {
+  KvCache kv(model.config(), 1, static_cast<int>(ids.size()) + 1);
   std::vector<float> logits;
   TokenBatch batch;
   const auto start = std::chrono::steady_clock::now();
   for (size_t i = 0; i < ids.size(); ++i) {
     batch.clear();
     batch.add_chain(&ids[i], 1, static_cast<int32_t>(i), 0, true);
-    Status st = e.model().forward(e.pool(), batch, kv, logits);
+    Status st = model.forward(pool, batch, kv, logits);
     if (!st.ok()) throw CliError(st.message());
     kv.commit_prefix(0, 1);
   }
@@ -83,7 +86,9 @@ double time_generation(Engine& e, const std::vector<int32_t>& ids) {
 
 void bench(const BenchOptions& o) {
   const std::string path = resolve_model(o.model);
-  auto engine = Engine::load(path, {.threads = o.threads});
+  auto engine = Engine::load(
+      path, {.threads = o.threads,
+             .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
   const ModelConfig& c = e.model().config();
@@ -98,10 +103,21 @@ void bench(const BenchOptions& o) {
   }
   if (o.n_gen > 0) {
     const auto ids = bench_tokens(o.n_gen, c.n_vocab);
-    time_generation(e, std::vector<int32_t>(ids.begin(), ids.begin() + std::min(o.n_gen, 8)));
+    const std::vector<int32_t> warm_up(ids.begin(), ids.begin() + std::min(o.n_gen, 8));
+    time_generation(e.model(), e.pool(), warm_up);
     Figure f{"tg" + std::to_string(o.n_gen), {}};
-    for (int r = 0; r < o.reps; ++r) f.tps.push_back(o.n_gen / time_generation(e, ids));
+    for (int r = 0; r < o.reps; ++r) {
+      f.tps.push_back(o.n_gen / time_generation(e.model(), e.pool(), ids));
+    }
     figures.push_back(f);
+    if (Model* draft = e.draft_model()) {
+      time_generation(*draft, e.pool(), warm_up);
+      Figure d{"draft " + draft->config().name + " tg" + std::to_string(o.n_gen), {}};
+      for (int r = 0; r < o.reps; ++r) {
+        d.tps.push_back(o.n_gen / time_generation(*draft, e.pool(), ids));
+      }
+      figures.push_back(d);
+    }
   }
 
   const double size_mib = static_cast<double>(e.model().gguf().file_size()) / (1 << 20);
@@ -139,6 +155,8 @@ void add_bench_command(CLI::App& app) {
   auto o = std::make_shared<BenchOptions>();
   auto* cmd = app.add_subcommand("bench", "Measure prompt and generation throughput");
   cmd->add_option("--model", o->model, "model name or GGUF path")->required();
+  cmd->add_option("--draft-model", o->draft_model,
+                  "also time a draft model's decoding (name or GGUF path)");
   cmd->add_option("-p,--n-prompt", o->n_prompt, "prompt tokens (pp test)")
       ->check(CLI::Range(0, 1 << 16));
   cmd->add_option("-n,--n-gen", o->n_gen, "generated tokens (tg test)")

@@ -31,6 +31,7 @@ struct RunOptions {
   bool ignore_eos = false;
   bool json = false;
   std::string spec = "auto";
+  std::string draft_model;
   int spec_budget = SpecOptions{}.budget;
   int spec_depth = SpecOptions{}.depth;
   // JSONL, one {"prompt": "..."} per line: every prompt is generated in a fresh session of one
@@ -94,6 +95,11 @@ void run(const RunOptions& o) {
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
   SpecOptions spec{.mode = *spec_mode, .budget = o.spec_budget, .depth = o.spec_depth};
   if (Status st = spec.validate(); !st.ok()) throw CliError(st.message());
+  if (spec.mode == SpecMode::kDraft && o.draft_model.empty()) {
+    throw CliError(
+        "--spec draft needs a draft model: add --draft-model M (e.g. a smaller "
+        "model with the same vocabulary)");
+  }
   if (o.prompt.prompt.empty() == o.prompts_file.empty()) {
     throw CliError("give exactly one of --prompt and --prompts-file");
   }
@@ -101,7 +107,11 @@ void run(const RunOptions& o) {
                                                ? std::vector<std::string>{o.prompt.prompt}
                                                : read_prompts_file(o.prompts_file);
 
-  auto engine = Engine::load(resolve_model(o.model), {.threads = o.threads});
+  // Without --spec draft, a draft model serves --spec auto; other modes do not use it.
+  auto engine =
+      Engine::load(resolve_model(o.model),
+                   {.threads = o.threads,
+                    .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
 
@@ -117,6 +127,7 @@ void run(const RunOptions& o) {
     request.spec = spec;
 
     Session session(e.model(), e.tokenizer(), e.pool(), o.ctx);
+    session.set_draft_model(e.draft_model());
     auto result = session.generate(request, [&](const std::string& piece) {
       if (!o.json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -144,6 +155,7 @@ void run(const RunOptions& o) {
           {"peak_rss_mb", static_cast<double>(s.peak_rss_bytes) / (1 << 20)},
           {"load_ms", e.load_ms()},
           {"spec", spec_mode_name(spec.mode)},
+          {"draft_model", e.draft_model() ? e.draft_model()->config().name : ""},
           {"drafted_nodes", s.drafted_nodes},
           {"accepted_draft_tokens", s.accepted_draft_tokens},
           {"acceptance_per_depth", s.acceptance_per_depth()},
@@ -187,8 +199,12 @@ void add_run_command(CLI::App& app) {
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
   cmd->add_option(
          "--spec", o->spec,
-         "speculative decoding: auto (n-gram drafts while they measurably pay), ngram, none")
+         "speculative decoding: auto (drafts sized to what measurably pays, with the draft model "
+         "if given, else n-gram lookup), draft, ngram, none")
       ->capture_default_str();
+  cmd->add_option("--draft-model", o->draft_model,
+                  "smaller model with the same vocabulary that drafts for --model (name or GGUF "
+                  "path); used by --spec draft and auto");
   cmd->add_option("--spec-budget", o->spec_budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();

@@ -34,8 +34,6 @@ void serve(ServeOptions& o) {
   o.server.model_path = resolve_model(o.model);
   if (!o.draft_model.empty()) {
     o.server.draft_model_path = resolve_model(o.draft_model);
-    // TODO(merge): hand draft_model_path to create_drafter once the draft-model drafter lands.
-    std::fprintf(stderr, "salvo: note: --draft-model is not used yet; drafting follows --spec\n");
   }
   auto spec_mode = parse_spec_mode(o.spec);
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
@@ -105,7 +103,7 @@ void add_serve_command(CLI::App& app) {
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
   cmd->add_option(
          "--spec", o->spec,
-         "speculative decoding: auto (n-gram drafts while they measurably pay), ngram, none")
+         "speculative decoding: auto (drafts while it measurably pays: the draft model if one is given, else n-gram), draft, ngram, none")
       ->capture_default_str();
   cmd->add_option("--spec-budget", s.spec.budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))

@@ -3,6 +3,8 @@
 #include <chrono>
 #include <thread>
 
+#include "speculative/draft_model_drafter.h"
+
 namespace salvo {
 
 int default_thread_count() {
@@ -18,6 +20,17 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
   auto tokenizer = Tokenizer::from_gguf(engine->model_->gguf());
   if (!tokenizer.ok()) return tokenizer.status().with_context(model_path);
   engine->tokenizer_ = std::move(tokenizer).value();
+  if (!options.draft_model_path.empty()) {
+    const std::string& path = options.draft_model_path;
+    auto draft = load_model(path);
+    if (!draft.ok()) return draft.status().with_context("draft model " + path);
+    engine->draft_model_ = std::move(draft).value();
+    auto draft_tokenizer = Tokenizer::from_gguf(engine->draft_model_->gguf());
+    if (!draft_tokenizer.ok()) return draft_tokenizer.status().with_context(path);
+    SALVO_RETURN_IF_ERROR(check_draft_vocabulary(*engine->tokenizer_, engine->model_->config(),
+                                                 **draft_tokenizer,
+                                                 engine->draft_model_->config()));
+  }
   engine->pool_ =
       std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_thread_count());
   engine->load_ms_ =

@@ -14,6 +14,9 @@ namespace salvo {
 
 struct EngineOptions {
   int threads = 0;  // 0 = all cores
+  // A smaller GGUF with the same vocabulary that drafts for the model (--draft-model); empty:
+  // none. Checked for vocabulary compatibility at load.
+  std::string draft_model_path;
 };
 
 class Engine {
@@ -23,12 +26,15 @@ class Engine {
 
   Model& model() { return *model_; }
   const Model& model() const { return *model_; }
+  // nullptr without a draft model. Sessions of this engine draft with it one at a time.
+  Model* draft_model() { return draft_model_.get(); }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
   double load_ms() const { return load_ms_; }
 
  private:
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> draft_model_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
   double load_ms_ = 0;

@@ -58,11 +58,6 @@ std::vector<double> GenerationStats::acceptance_per_depth() const {
 
 double GenerationStats::draft_share() const { return decode_ms > 0 ? draft_ms / decode_ms : 0.0; }
 
-std::unique_ptr<Drafter> create_drafter(const SpecOptions& spec, const Model& model,
-                                        uint64_t seed) {
-  return make_drafter(spec.mode, model.config().n_vocab, seed);
-}
-
 Sequence::Sequence(Model& model, const Tokenizer& tokenizer, KvCache& kv, int seq_id)
     : model_(model), tokenizer_(tokenizer), kv_(kv), seq_id_(seq_id) {}
 
@@ -90,7 +85,12 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
                          Sampler::create(request.sampling, model_.config().n_vocab));
   SALVO_RETURN_IF_ERROR(request.spec.validate());
   if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed) {
-    drafter_ = create_drafter(request.spec, model_, request.sampling.seed);
+    SALVO_ASSIGN_OR_RETURN(drafter_,
+                           make_drafter(request.spec.mode, {.n_vocab = tokenizer_.n_vocab(),
+                                                            .seed = request.sampling.seed,
+                                                            .draft_model = draft_model_,
+                                                            .pool = draft_pool_,
+                                                            .context_size = context_size()}));
     drafter_mode_ = request.spec.mode;
     drafter_seed_ = request.sampling.seed;
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
@@ -136,12 +136,14 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   history_.push_back(root_);
   tree_.clear();
   pass_draft_ms_ = 0;
-  if (drafter_ && depth > 0 && budget > 0 && policy_.should_draft()) {
+  const DraftSize size = drafter_ ? policy_.next(budget, depth) : DraftSize{};
+  if (size.drafting()) {
     const auto draft_start = Clock::now();
-    tree_ = drafter_->propose(history_, budget, depth);
+    tree_ = drafter_->propose(history_, size.budget, size.depth);
     pass_draft_ms_ = ms_since(draft_start);
     stats.draft_ms += pass_draft_ms_;
-    SALVO_CHECK(tree_.is_valid() && tree_.size() <= budget && tree_.max_depth() <= depth);
+    SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget &&
+                tree_.max_depth() <= size.depth);
   }
   const int first_row = batch.size();
   append_draft_rows(tree_, root_, committed, seq_id_, batch);
@@ -218,8 +220,14 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
   kv_.commit(seq_id_, accepted.kept_rows());
   SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));
   record_acceptance(tree_, accepted, stats);
-  // The drafter's time is part of what a drafted pass costs.
-  policy_.record(pass_rows_, pass_ms + pass_draft_ms_, static_cast<int>(accepted.path.size()) + 1);
+  const int n_accepted = static_cast<int>(accepted.path.size());
+  policy_.record({.rows = pass_rows_,
+                  .pass_ms = pass_ms,
+                  .draft_ms = pass_draft_ms_,
+                  .tree_depth = tree_.max_depth(),
+                  .accepted = n_accepted,
+                  .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
+                  .tokens_emitted = n_accepted + 1});
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();
   }

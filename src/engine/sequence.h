@@ -29,6 +29,7 @@
 #include "speculative/verifier.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace salvo {
 
@@ -77,14 +78,19 @@ struct GenerationResult {
 // Receives each newly emitted text piece; returning false cancels the generation.
 using TextCallback = std::function<bool(const std::string& piece)>;
 
-// The one place that turns a speculation mode into a drafter (other drafters plug in here).
-std::unique_ptr<Drafter> create_drafter(const SpecOptions& spec, const Model& model, uint64_t seed);
 
 class Sequence {
  public:
   Sequence(Model& model, const Tokenizer& tokenizer, KvCache& kv, int seq_id);
 
   int seq_id() const { return seq_id_; }
+  // The model --spec draft (and auto) drafts with, and the threads that run it; both must
+  // outlive the sequence. Takes effect at the next start() that creates its drafter.
+  void set_draft_model(Model* draft_model, ThreadPool* pool) {
+    draft_model_ = draft_model;
+    draft_pool_ = pool;
+    drafter_.reset();
+  }
   int context_size() const { return kv_.capacity(); }
   // Committed tokens: the KV cache holds exactly these for this sequence.
   const std::vector<int32_t>& history() const { return history_; }
@@ -128,6 +134,8 @@ class Sequence {
   std::vector<int32_t> history_;
   // Kept across requests so an n-gram index only has to learn the new tokens.
   std::unique_ptr<Drafter> drafter_;
+  Model* draft_model_ = nullptr;
+  ThreadPool* draft_pool_ = nullptr;
   SpecMode drafter_mode_ = SpecMode::kNone;
   uint64_t drafter_seed_ = 0;
   SpecPolicy policy_;  // measured costs and gains of drafting on this backend

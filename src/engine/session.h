@@ -22,6 +22,8 @@ class Session {
           int prefill_chunk = 512);
 
   int context_size() const { return kv_.capacity(); }
+  // The model --spec draft (and auto) drafts with; it must outlive the session.
+  void set_draft_model(Model* draft_model) { sequence_.set_draft_model(draft_model, &pool_); }
   const std::vector<int32_t>& history() const { return sequence_.history(); }
 
   Expected<GenerationResult> generate(const GenerateRequest& request, const TextCallback& on_text);

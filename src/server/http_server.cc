@@ -406,7 +406,8 @@ void HttpServer::Impl::routes() {
 }
 
 void HttpServer::Impl::load() {
-  auto loaded_engine = Engine::load(options.model_path, {.threads = options.threads});
+  auto loaded_engine = Engine::load(options.model_path, {.threads = options.threads,
+                                                         .draft_model_path = options.draft_model_path});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;

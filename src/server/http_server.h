@@ -13,7 +13,7 @@ namespace salvo::server {
 struct ServerOptions {
   std::string model_id;          // the name /v1/models lists and requests must use
   std::string model_path;        // GGUF file
-  std::string draft_model_path;  // empty = none (the draft-model drafter is wired separately)
+  std::string draft_model_path;  // empty = none; else drafts under --spec draft and auto
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 = any free port
   int parallel = 4;

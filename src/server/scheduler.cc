@@ -47,8 +47,10 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics& m
       metrics_(metrics),
       kv_(engine.model().config(), options.parallel, options.context_size) {
   for (int i = 0; i < options_.parallel; ++i) {
-    slots_.push_back(
-        {std::make_unique<Sequence>(engine.model(), engine.tokenizer(), kv_, i), nullptr, -1});
+    auto sequence = std::make_unique<Sequence>(engine.model(), engine.tokenizer(), kv_, i);
+    // Slots take turns with the draft model: the scheduler steps them one at a time.
+    sequence->set_draft_model(engine.draft_model(), &engine.pool());
+    slots_.push_back({std::move(sequence), nullptr, -1});
   }
   thread_ = std::thread([this] { run(); });
 }

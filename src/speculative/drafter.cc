@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "speculative/draft_model_drafter.h"
 #include "speculative/ngram_drafter.h"
 
 namespace salvo {
@@ -12,8 +13,9 @@ constexpr struct {
   SpecMode mode;
   const char* name;
 } kSpecModeNames[] = {
-    {SpecMode::kNone, "none"},     {SpecMode::kNgram, "ngram"}, {SpecMode::kAuto, "auto"},
-    {SpecMode::kRandom, "random"}, {SpecMode::kWrong, "wrong"}, {SpecMode::kDeep, "deep"},
+    {SpecMode::kNone, "none"}, {SpecMode::kNgram, "ngram"},   {SpecMode::kDraft, "draft"},
+    {SpecMode::kAuto, "auto"}, {SpecMode::kRandom, "random"}, {SpecMode::kWrong, "wrong"},
+    {SpecMode::kDeep, "deep"},
 };
 
 // The token that followed the most recent earlier occurrence of context[at], or -1. A cheap
@@ -127,7 +129,8 @@ Expected<SpecMode> parse_spec_mode(const std::string& name) {
   for (const auto& entry : kSpecModeNames) {
     if (name == entry.name) return entry.mode;
   }
-  return Status::error("unknown speculation mode '" + name + "' (expected none, ngram or auto)");
+  return Status::error("unknown speculation mode '" + name +
+                       "' (expected none, ngram, draft or auto)");
 }
 
 const char* spec_mode_name(SpecMode mode) {
@@ -149,22 +152,39 @@ Status SpecOptions::validate() const {
   return Status();
 }
 
-std::unique_ptr<Drafter> make_drafter(SpecMode mode, int32_t n_vocab, uint64_t seed) {
+Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterResources& r) {
+  std::unique_ptr<Drafter> drafter;
+  const bool has_model = r.draft_model != nullptr && r.pool != nullptr;
   switch (mode) {
     case SpecMode::kNone:
-      return nullptr;
+      break;
     case SpecMode::kNgram:
-      return std::make_unique<NgramDrafter>();
+      drafter = std::make_unique<NgramDrafter>();
+      break;
+    case SpecMode::kDraft:
+      if (!has_model) {
+        return Status::error("speculation mode 'draft' needs a draft model (--draft-model)");
+      }
+      [[fallthrough]];
     case SpecMode::kAuto:
-      return std::make_unique<NgramDrafter>(NgramOptions{.min_n = 2});
+      if (has_model) {
+        drafter = std::make_unique<DraftModelDrafter>(
+            *r.draft_model, *r.pool, r.n_vocab, DraftModelOptions{.context_size = r.context_size});
+      } else {
+        drafter = std::make_unique<NgramDrafter>(NgramOptions{.min_n = 2});
+      }
+      break;
     case SpecMode::kRandom:
-      return std::make_unique<RandomDrafter>(n_vocab, seed);
+      drafter = std::make_unique<RandomDrafter>(r.n_vocab, r.seed);
+      break;
     case SpecMode::kWrong:
-      return std::make_unique<WrongDrafter>(n_vocab, seed);
+      drafter = std::make_unique<WrongDrafter>(r.n_vocab, r.seed);
+      break;
     case SpecMode::kDeep:
-      return std::make_unique<DeepDrafter>();
+      drafter = std::make_unique<DeepDrafter>();
+      break;
   }
-  return nullptr;
+  return drafter;
 }
 
 }  // namespace salvo

@@ -8,16 +8,19 @@
 #include <span>
 #include <string>
 
+#include "models/model.h"
 #include "speculative/draft_tree.h"
 #include "util/status.h"
+#include "util/thread_pool.h"
 
 namespace salvo {
 
 enum class SpecMode {
   kNone,   // plain decoding: every tree is empty
   kNgram,  // suffix / n-gram lookup over the prompt and the generated text
-  // n-gram drafting only on a match of at least two tokens. A stand-in until SpecPolicy sizes
-  // trees from measured acceptance and costs.
+  kDraft,  // a smaller model with the same vocabulary (--draft-model)
+  // The draft model when there is one, else n-gram drafting on matches of at least two tokens;
+  // SpecPolicy sizes the trees from measured acceptance and costs and drafts only while it pays.
   kAuto,
   // Adversarial drafters for the equality tests: output must not change whatever they propose.
   kRandom,  // random tree shapes mixing plausible and random tokens, sometimes empty
@@ -25,7 +28,7 @@ enum class SpecMode {
   kDeep,    // one chain as deep as allowed, following the last bigram in the context
 };
 
-// Parses "none", "ngram", "auto", and the testing modes "random", "wrong", "deep".
+// Parses "none", "ngram", "draft", "auto", and the testing modes "random", "wrong", "deep".
 Expected<SpecMode> parse_spec_mode(const std::string& name);
 const char* spec_mode_name(SpecMode mode);
 
@@ -48,7 +51,16 @@ class Drafter {
   virtual DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) = 0;
 };
 
-// The drafter for `mode` (nullptr for kNone). `seed` makes the testing drafters reproducible.
-std::unique_ptr<Drafter> make_drafter(SpecMode mode, int32_t n_vocab, uint64_t seed);
+// What drafters may need besides the mode.
+struct DrafterResources {
+  int32_t n_vocab = 0;           // ids the drafters may propose (the tokenizer's vocabulary)
+  uint64_t seed = 0;             // makes the testing drafters reproducible
+  Model* draft_model = nullptr;  // for kDraft (required) and kAuto (optional)
+  ThreadPool* pool = nullptr;    // runs the draft model
+  int context_size = 4096;       // of the session: the draft model's cache matches it
+};
+
+// The drafter for `mode` (nullptr for kNone). kDraft without a draft model is an error.
+Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterResources& resources);
 
 }  // namespace salvo

@@ -1,6 +1,7 @@
 #include "speculative/spec_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace salvo {
 namespace {
@@ -11,26 +12,129 @@ double ema(double old_value, double sample, double alpha) {
 
 }  // namespace
 
-bool SpecPolicy::should_draft() {
-  if (!adaptive_ || drafting_) return true;
-  if (++plain_passes_since_probe_ < probe_gap_) return false;
-  // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
-  plain_passes_since_probe_ = 0;
-  probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
-  return true;
+double SpecPolicy::pass_ms(int rows) const {
+  const int n = static_cast<int>(pass_ms_by_rows_.size());
+  if (rows < n && pass_ms_by_rows_[rows] > 0) return pass_ms_by_rows_[rows];
+  int lo = std::min(rows, n - 1), hi = rows + 1;
+  while (lo >= 1 && pass_ms_by_rows_[lo] == 0) --lo;
+  while (hi < n && pass_ms_by_rows_[hi] == 0) ++hi;
+  const bool has_lo = lo >= 1, has_hi = hi < n;
+  if (!has_lo && !has_hi) return 0;
+  if (has_lo && has_hi) {
+    const double t = static_cast<double>(rows - lo) / (hi - lo);
+    return pass_ms_by_rows_[lo] + t * (pass_ms_by_rows_[hi] - pass_ms_by_rows_[lo]);
+  }
+  // Beyond the measured counts: along the line from the one-row pass to the largest measured
+  // count, or with the prior cost per row where there is no such line.
+  const int ref = has_lo ? lo : hi;
+  const double t_ref = pass_ms_by_rows_[ref];
+  if (has_lo && lo > 1 && pass_ms_by_rows_[1] > 0) {
+    const double slope = std::max(0.0, (t_ref - pass_ms_by_rows_[1]) / (lo - 1));
+    return t_ref + slope * (rows - lo);
+  }
+  return t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
 }
 
-void SpecPolicy::record(int rows, double pass_ms, int tokens_emitted) {
-  if (!adaptive_) return;
-  if (rows <= 1) {
-    plain_ms_ = ema(plain_ms_, pass_ms, kAlpha);
-    return;
+double SpecPolicy::acceptance(int depth) const {
+  // Each depth's prior is the estimate of the depth above it: a depth not tried lately is
+  // assumed as good as the last one measured, so deeper trees get explored.
+  double rate = kPriorAcceptance;
+  for (int d = 1; d <= depth; ++d) {
+    const bool measured = d <= static_cast<int>(tested_.size());
+    const double tested = measured ? tested_[d - 1] : 0;
+    const double accepted = measured ? accepted_[d - 1] : 0;
+    rate = (accepted + kPriorWeight * rate) / (tested + kPriorWeight);
   }
-  draft_ms_ = ema(draft_ms_, pass_ms, kAlpha);
-  draft_tokens_ = ema(draft_tokens_, tokens_emitted, kAlpha);
-  if (plain_ms_ == 0) return;  // nothing to compare with yet: keep drafting
-  // Tokens per millisecond, drafted against plain.
-  const bool pays = draft_tokens_ / draft_ms_ > kMargin / plain_ms_;
+  return rate;
+}
+
+double SpecPolicy::expected_tokens(int depth) const {
+  double tokens = 1, reach = 1;
+  for (int d = 1; d <= depth; ++d) {
+    reach *= acceptance(d);
+    tokens += reach;
+  }
+  return tokens;
+}
+
+DraftSize SpecPolicy::size_for_depth(int depth, int max_budget, int max_depth) const {
+  // Trees keep the user's proportion of nodes to depth (the default 16/8: two per level).
+  const int budget = static_cast<int>(
+      std::lround(static_cast<double>(depth) * max_budget / std::max(1, max_depth)));
+  return {std::clamp(budget, depth, max_budget), depth};
+}
+
+double SpecPolicy::expected_rate(DraftSize size) const {
+  if (!size.drafting()) {
+    const double t = pass_ms(1);
+    return t > 0 ? 1 / t : 0;
+  }
+  const double nodes = nodes_per_level_ > 0
+                           ? std::min<double>(size.budget, nodes_per_level_ * size.depth)
+                           : size.budget;
+  const double t =
+      pass_ms(1 + static_cast<int>(std::ceil(nodes))) + draft_ms_per_level_ * size.depth;
+  return t > 0 ? expected_tokens(size.depth) / t : 0;
+}
+
+DraftSize SpecPolicy::best_size(int max_budget, int max_depth) const {
+  const int deepest = std::min(max_budget, max_depth);
+  DraftSize best = size_for_depth(deepest, max_budget, max_depth);
+  if (pass_ms(1) == 0) return best;  // nothing measured: the caps
+  double best_rate = 0;
+  for (int depth = 1; depth <= deepest; ++depth) {
+    const DraftSize size = size_for_depth(depth, max_budget, max_depth);
+    const double rate = expected_rate(size);
+    if (rate > best_rate) {
+      best_rate = rate;
+      best = size;
+    }
+  }
+  return best;
+}
+
+DraftSize SpecPolicy::next(int max_budget, int max_depth) {
+  if (max_budget <= 0 || max_depth <= 0) return {};
+  if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
+  // One plain pass first: every later decision compares against its cost.
+  if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
+  if (!drafting_) {
+    if (++plain_passes_since_probe_ < probe_gap_) return {};
+    // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
+    plain_passes_since_probe_ = 0;
+    probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
+  }
+  return best_size(max_budget, max_depth);
+}
+
+void SpecPolicy::record(const PassRecord& pass) {
+  if (!adaptive_ || pass.rows < 1) return;
+  if (static_cast<int>(pass_ms_by_rows_.size()) <= pass.rows) {
+    pass_ms_by_rows_.resize(pass.rows + 1, 0);
+  }
+  pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, kAlpha);
+  if (pass.rows == 1) return;
+
+  if (static_cast<int>(tested_.size()) < pass.tested) {
+    tested_.resize(pass.tested, 0);
+    accepted_.resize(pass.tested, 0);
+  }
+  for (size_t d = 0; d < tested_.size(); ++d) {
+    tested_[d] *= kForget;
+    accepted_[d] *= kForget;
+  }
+  for (int d = 0; d < pass.tested; ++d) {
+    tested_[d] += 1;
+    if (d < pass.accepted) accepted_[d] += 1;
+  }
+  if (pass.tree_depth > 0) {
+    draft_ms_per_level_ = ema(draft_ms_per_level_, pass.draft_ms / pass.tree_depth, kAlpha);
+    nodes_per_level_ =
+        ema(nodes_per_level_, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
+  }
+  drafted_rate_ = ema(drafted_rate_, pass.tokens_emitted / (pass.pass_ms + pass.draft_ms), kAlpha);
+  // Measured tokens per millisecond, drafted against plain.
+  const bool pays = drafted_rate_ > kMargin * expected_rate({});
   if (pays && !drafting_) probe_gap_ = kFirstProbe;
   drafting_ = pays;
 }

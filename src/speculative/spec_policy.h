@@ -1,38 +1,80 @@
-// SpecPolicy: whether drafting pays on this backend right now. A pass over k rows costs more
-// than a one-row pass (on a CPU a 17-row pass costs 2-2.6x), so a draft is worth verifying
-// only while the tokens it yields per unit of time beat plain decoding. The policy measures
-// both from the session's own passes and falls back to plain decoding when drafting loses,
-// probing again now and then (with growing intervals) in case the text became predictable.
+// SpecPolicy: how large a draft tree the next pass should verify, if any. A pass over k rows
+// costs more than a one-row pass (on a CPU a 17-row pass costs 2-2.6x), and drafting costs time
+// too, so a tree is worth verifying only while the tokens it yields per unit of time beat plain
+// decoding. The adaptive policy measures everything from the session's own passes:
+//   - the time of a pass by row count (an EMA per row count; unmeasured counts are interpolated,
+//     or extrapolated along the line from one row to the largest measured count);
+//   - the drafter's time per tree level;
+//   - the acceptance rate at each depth (accepted / tested, with slow forgetting and a weak
+//     prior so that depths not tried lately get tried again);
+//   - the nodes a drafter actually proposes per level (an n-gram drafter often proposes fewer
+//     than it may).
+// From these it picks the depth (and a budget in the user's budget/depth proportion) that
+// maximises expected tokens per millisecond within the user's caps, and falls back to plain
+// decoding while measured drafted passes lose to plain ones, probing again now and then (with
+// growing intervals) in case the text became predictable.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace salvo {
 
+struct DraftSize {
+  int budget = 0;  // 0: a plain pass
+  int depth = 0;
+  bool drafting() const { return budget > 0 && depth > 0; }
+};
+
+// What one verification pass did.
+struct PassRecord {
+  int rows = 1;            // rows of the pass (root + tree nodes)
+  double pass_ms = 0;      // the forward pass
+  double draft_ms = 0;     // the drafter, for this pass
+  int tree_depth = 0;      // deepest node of the tree verified
+  int accepted = 0;        // depths accepted (the accepted path's length)
+  int tested = 0;          // depths tested: accepted, plus one if a draft was rejected below it
+  int tokens_emitted = 1;  // accepted + the bonus token
+};
+
 class SpecPolicy {
  public:
-  // Non-adaptive policies always draft (the explicit --spec modes).
+  // Non-adaptive policies always draft with the caps (the explicit --spec modes).
   explicit SpecPolicy(bool adaptive = true) : adaptive_(adaptive) {}
 
-  // Whether the next pass should carry a draft.
-  bool should_draft();
-  // A finished pass: how many rows it verified, its time, and the tokens it emitted.
-  void record(int rows, double pass_ms, int tokens_emitted);
+  // The tree size for the next pass, within the caps; !drafting(): a plain pass.
+  DraftSize next(int max_budget, int max_depth);
+  void record(const PassRecord& pass);
 
-  double plain_ms() const { return plain_ms_; }
-  double draft_ms() const { return draft_ms_; }
-  double draft_tokens() const { return draft_tokens_; }
+  // The model behind next(), exposed for tests and statistics.
+  double pass_ms(int rows) const;           // estimated time of a pass of `rows` rows (0: unknown)
+  double acceptance(int depth) const;       // estimated P(accept at depth | reached depth - 1)
+  double expected_tokens(int depth) const;  // per pass, bonus token included
+  double expected_rate(DraftSize size) const;  // tokens per ms; size 0 = plain
+  DraftSize best_size(int max_budget, int max_depth) const;
+
+  bool drafting() const { return drafting_; }
+  double plain_ms() const { return pass_ms(1); }
 
  private:
-  static constexpr double kAlpha = 0.25;    // EMA weight of the newest pass
+  static constexpr double kAlpha = 0.25;       // EMA weight of the newest pass
+  static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
+  static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
+  static constexpr double kPriorAcceptance = 0.5;
+  static constexpr double kPriorRowCost =
+      0.08;                                 // extra cost per row, x one-row pass, until measured
   static constexpr double kMargin = 1.05;   // drafting must win by 5% to be kept
   static constexpr int kFirstProbe = 8;     // plain passes before the first re-probe
   static constexpr int kMaxProbeGap = 512;  // longest wait between probes
 
+  DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
+
   bool adaptive_;
-  double plain_ms_ = 0;      // EMA of one-row passes (0 = not measured yet)
-  double draft_ms_ = 0;      // EMA of drafted passes
-  double draft_tokens_ = 0;  // EMA of tokens a drafted pass emits
+  std::vector<double> pass_ms_by_rows_;    // [rows] EMA; 0 = not measured
+  std::vector<double> tested_, accepted_;  // [depth - 1] decayed counts
+  double draft_ms_per_level_ = 0;
+  double nodes_per_level_ = 0;  // 0 = not measured
+  double drafted_rate_ = 0;     // EMA of tokens per ms of drafted passes
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
   int probe_gap_ = kFirstProbe;

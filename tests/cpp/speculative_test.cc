@@ -312,7 +312,9 @@ TEST(TestingDraftersTest, ProposeValidTreesWithinLimits) {
   Ints context;
   for (int i = 0; i < 200; ++i) context.push_back(static_cast<int32_t>(rng() % 20));
   for (SpecMode mode : {SpecMode::kRandom, SpecMode::kWrong, SpecMode::kDeep, SpecMode::kAuto}) {
-    auto drafter = make_drafter(mode, 1000, 11);
+    auto made = make_drafter(mode, {.n_vocab = 1000, .seed = 11});
+    ASSERT_TRUE(made.ok());
+    auto& drafter = *made;
     ASSERT_NE(drafter, nullptr);
     for (int budget : {0, 1, 5, 32}) {
       for (int depth : {0, 1, 4, 40}) {
@@ -323,12 +325,17 @@ TEST(TestingDraftersTest, ProposeValidTreesWithinLimits) {
       }
     }
   }
-  EXPECT_EQ(make_drafter(SpecMode::kNone, 1000, 0), nullptr);
+  EXPECT_EQ(make_drafter(SpecMode::kNone, {.n_vocab = 1000}).value(), nullptr);
+  // The draft-model drafter cannot exist without its model.
+  const auto no_model = make_drafter(SpecMode::kDraft, {.n_vocab = 1000});
+  ASSERT_FALSE(no_model.ok());
+  EXPECT_NE(no_model.status().message().find("--draft-model"), std::string::npos);
 }
 
 TEST(SpecOptionsTest, ParsesAndValidates) {
   EXPECT_EQ(parse_spec_mode("ngram").value(), SpecMode::kNgram);
   EXPECT_EQ(parse_spec_mode("none").value(), SpecMode::kNone);
+  EXPECT_EQ(parse_spec_mode("draft").value(), SpecMode::kDraft);
   EXPECT_FALSE(parse_spec_mode("eagle").ok());
   EXPECT_TRUE(SpecOptions{}.validate().ok());
   EXPECT_FALSE((SpecOptions{.budget = -1}).validate().ok());

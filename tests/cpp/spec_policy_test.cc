@@ -1,0 +1,150 @@
+// SpecPolicy's decisions from synthetic measurements: which tree size it picks for given pass
+// costs, drafter costs and acceptance, and when it falls back to plain decoding.
+#include "speculative/spec_policy.h"
+
+#include <gtest/gtest.h>
+
+namespace salvo {
+namespace {
+
+// A backend where a pass of k rows costs base * (1 + per_row * (k - 1)) ms.
+double pass_cost(int rows, double base, double per_row) {
+  return base * (1 + per_row * (rows - 1));
+}
+
+// Feeds `passes` plain passes, then drafted passes of the size the policy asks for, where each
+// depth is accepted with probability `accept` (deterministically: accepted while the running
+// product stays above a threshold that cycles), the drafter costs `draft_per_level` ms per level
+// and proposes `width` nodes per level.
+void simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, double base,
+              double per_row, double draft_per_level, double width = 2, int passes = 200) {
+  int cycle = 0;
+  for (int i = 0; i < passes; ++i) {
+    const DraftSize size = policy.next(max_budget, max_depth);
+    if (!size.drafting()) {
+      policy.record({.rows = 1, .pass_ms = pass_cost(1, base, per_row)});
+      continue;
+    }
+    const int nodes = std::min(size.budget, static_cast<int>(width * size.depth));
+    // Quantile draw without randomness: u runs over (0, 1) in a fixed cycle.
+    const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
+    int accepted = 0;
+    double reach = 1;
+    while (accepted < size.depth && reach * accept > u) {
+      reach *= accept;
+      ++accepted;
+    }
+    const int rows = 1 + nodes;
+    policy.record({.rows = rows,
+                   .pass_ms = pass_cost(rows, base, per_row),
+                   .draft_ms = draft_per_level * size.depth,
+                   .tree_depth = size.depth,
+                   .accepted = accepted,
+                   .tested = std::min(size.depth, accepted + 1),
+                   .tokens_emitted = accepted + 1});
+  }
+}
+
+TEST(SpecPolicyTest, FirstPassIsPlainThenDrafts) {
+  SpecPolicy policy;
+  EXPECT_FALSE(policy.next(16, 8).drafting());  // measures the one-row pass first
+  policy.record({.rows = 1, .pass_ms = 10});
+  const DraftSize size = policy.next(16, 8);
+  EXPECT_TRUE(size.drafting());
+  EXPECT_LE(size.budget, 16);
+  EXPECT_LE(size.depth, 8);
+}
+
+TEST(SpecPolicyTest, NonAdaptiveAlwaysUsesTheCaps) {
+  SpecPolicy policy(/*adaptive=*/false);
+  const DraftSize size = policy.next(16, 8);
+  EXPECT_EQ(size.budget, 16);
+  EXPECT_EQ(size.depth, 8);
+  EXPECT_FALSE(policy.next(0, 8).drafting());
+}
+
+TEST(SpecPolicyTest, PassTimeIsInterpolatedAndExtrapolated) {
+  SpecPolicy policy;
+  EXPECT_EQ(policy.pass_ms(1), 0);
+  policy.record({.rows = 1, .pass_ms = 10});
+  EXPECT_DOUBLE_EQ(policy.pass_ms(1), 10);
+  EXPECT_GT(policy.pass_ms(9), 10);  // the prior cost per row until a wider pass is measured
+  policy.record({.rows = 9, .pass_ms = 18, .tree_depth = 4, .tested = 1, .tokens_emitted = 1});
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), 18);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(5), 14);   // between 1 and 9
+  EXPECT_DOUBLE_EQ(policy.pass_ms(17), 26);  // along the line through 1 and 9
+}
+
+TEST(SpecPolicyTest, HighAcceptanceAndCheapRowsDraftDeep) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.95, /*base=*/10, /*per_row=*/0.02, /*draft=*/0.1);
+  const DraftSize size = policy.next(16, 8);
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_EQ(size.depth, 8);
+  EXPECT_EQ(size.budget, 16);
+  EXPECT_GT(policy.acceptance(1), 0.85);
+}
+
+TEST(SpecPolicyTest, ModerateAcceptanceWithCostlyRowsDraftsShallow) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.6, /*base=*/10, /*per_row=*/0.15, /*draft=*/0.5);
+  const DraftSize size = policy.next(16, 8);
+  EXPECT_TRUE(size.drafting());
+  EXPECT_GE(size.depth, 1);
+  EXPECT_LE(size.depth, 3);
+  EXPECT_GE(size.budget, size.depth);
+}
+
+TEST(SpecPolicyTest, ExpensiveDrafterFallsBackToPlainDecoding) {
+  SpecPolicy policy;
+  // A draft level costs 60% of a target pass (a draft model nearly as large as the target)
+  // and half the drafts fail: plain decoding wins.
+  simulate(policy, 16, 8, /*accept=*/0.5, /*base=*/10, /*per_row=*/0.08, /*draft=*/6);
+  EXPECT_FALSE(policy.drafting());
+  int drafted = 0;
+  for (int i = 0; i < 8; ++i) {
+    const DraftSize size = policy.next(16, 8);
+    drafted += size.drafting();
+    if (!size.drafting()) policy.record({.rows = 1, .pass_ms = 10});
+  }
+  EXPECT_LE(drafted, 1);  // at most a probe
+}
+
+TEST(SpecPolicyTest, ExpensiveDrafterStillPaysWhenItIsNearlyAlwaysRight) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.97, /*base=*/10, /*per_row=*/0.03, /*draft=*/3);
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_GE(policy.next(16, 8).depth, 4);
+}
+
+TEST(SpecPolicyTest, RespectsTheCaps) {
+  SpecPolicy policy;
+  simulate(policy, 6, 3, /*accept=*/0.99, /*base=*/10, /*per_row=*/0.0, /*draft=*/0);
+  const DraftSize size = policy.next(6, 3);
+  EXPECT_LE(size.budget, 6);
+  EXPECT_LE(size.depth, 3);
+  EXPECT_EQ(size.depth, 3);
+  // A budget below the depth cap limits the depth too.
+  const DraftSize narrow = policy.next(2, 8);
+  EXPECT_LE(narrow.depth, 2);
+  EXPECT_LE(narrow.budget, 2);
+}
+
+TEST(SpecPolicyTest, AcceptanceOfUntriedDepthsFollowsTheLastMeasuredOne) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 10});
+  for (int i = 0; i < 50; ++i) {
+    policy.record({.rows = 3,
+                   .pass_ms = 11,
+                   .tree_depth = 1,
+                   .accepted = 1,
+                   .tested = 1,
+                   .tokens_emitted = 2});
+  }
+  EXPECT_GT(policy.acceptance(1), 0.9);
+  EXPECT_GT(policy.acceptance(5), 0.9);
+  EXPECT_GT(policy.expected_tokens(4), policy.expected_tokens(1));
+}
+
+}  // namespace
+}  // namespace salvo
