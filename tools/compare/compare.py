@@ -305,6 +305,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=1234, help="seed sent with every request")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
     ap.add_argument("--json", action="store_true", help="print JSON (every request + summaries)")
+    ap.add_argument("--json-out", type=pathlib.Path, metavar="FILE",
+                    help="also write that JSON to FILE (the table still goes to stdout)")
     ap.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
     args = ap.parse_args(argv)
     try:
@@ -321,6 +323,8 @@ def _compare(args) -> int:
         raise UsageError("--reps and --limit must be >= 1, --warmup >= 0")
     if args.max_tokens is not None and args.max_tokens < 1:
         raise UsageError("--max-tokens must be >= 1")
+    if args.json_out and not args.json_out.resolve().parent.is_dir():
+        raise UsageError(f"--json-out {args.json_out}: no such directory")
     endpoints = [parse_endpoint(s) for s in args.endpoint]
     names = [ep.name for ep in endpoints]
     if len(set(names)) != len(names):
@@ -368,13 +372,16 @@ def _compare(args) -> int:
                         f"ttft {_fmt(r['ttft_s'] and 1000 * r['ttft_s'], '.0f')} ms, "
                         f"{_fmt(r['decode_tps'], '.1f')} tok/s")
     summary = summarise(records, endpoints, baseline)
+    doc = json.dumps({
+        "baseline": baseline, "reps": args.reps, "seed": args.seed,
+        "endpoints": [{"name": ep.name, "url": ep.base_url, "model": ep.model,
+                       "include_usage": ep.include_usage} for ep in endpoints],
+        "prompts": [dataclasses.asdict(p) for p in prompts],
+        "summary": summary, "requests": records}, indent=1)
+    if args.json_out:
+        args.json_out.write_text(doc + "\n")
     if args.json:
-        print(json.dumps({
-            "baseline": baseline, "reps": args.reps, "seed": args.seed,
-            "endpoints": [{"name": ep.name, "url": ep.base_url, "model": ep.model,
-                           "include_usage": ep.include_usage} for ep in endpoints],
-            "prompts": [dataclasses.asdict(p) for p in prompts],
-            "summary": summary, "requests": records}, indent=1))
+        print(doc)
     else:
         print(markdown(summary, baseline, args.reps, len(prompts)))
     return 1 if any("error" in r for r in records) else 0
