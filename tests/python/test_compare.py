@@ -7,7 +7,7 @@ import math
 import subprocess
 import sys
 
-from conftest import REPO_ROOT, model_path_or_skip
+from conftest import REPO_ROOT, model_path_or_skip, salvo_bin_or_skip
 from serve_helpers import require_modules, salvo_serve_bin, servers
 
 COMPARE = REPO_ROOT / "tools" / "compare" / "compare.py"
@@ -20,7 +20,8 @@ def test_compare_salvo_against_llama_cpp(tmp_path):
     require_modules("openai", "llama_cpp", "fastapi", "uvicorn", "sse_starlette",
                     "starlette_context", "pydantic_settings")
     out_json = tmp_path / "compare.json"
-    with servers.start_salvo(salvo_bin, model, ctx=2048) as salvo, \
+    # Matched: both engines on 2 threads, 2048-token context.
+    with servers.start_salvo(salvo_bin, model, ctx=2048, extra=["--threads", "2"]) as salvo, \
             servers.start_llama_cpp(model, threads=2, ctx=2048) as llama:
         proc = subprocess.run(
             [sys.executable, str(COMPARE), "--endpoint", f"salvo={salvo.url}",
@@ -71,3 +72,16 @@ def test_compare_rejects_unreachable_endpoint_and_bad_prompts(tmp_path):
                            "--prompts", str(bad)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert f"{bad}, line 2" in proc.stderr and "messages" in proc.stderr, proc.stderr
+
+
+def test_salvo_compare_runs_the_script():
+    require_modules("openai")
+    port = servers.free_port()
+    proc = subprocess.run([salvo_bin_or_skip(), "compare", "--endpoint",
+                           f"x=http://127.0.0.1:{port}", "--reps", "1"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert "unreachable" in proc.stderr, proc.stderr
+    proc = subprocess.run([salvo_bin_or_skip(), "compare", "--help"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "--endpoint" in proc.stdout and "--baseline" in proc.stdout
