@@ -1,3 +1,4 @@
+#!/usr/bin/env python3
 """Start an OpenAI-compatible server, wait until it answers, stop it; read a process's RSS.
 
 One module for the tests (tests/python/test_compare.py, test_load_short.py) and the scripts
