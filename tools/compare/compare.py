@@ -347,10 +347,14 @@ def _compare(args) -> int:
     for ep in endpoints:
         connect(ep, args.timeout)
         log(f"compare: {ep.name} = {ep.base_url} model {ep.model}")
+    # A warm-up prompt outside the set: a server that reuses the previous request's prompt prefix
+    # (llama.cpp does) must not get the first measured prompt for free.
+    warmup = Prompt("warm-up", "warm-up", [{"role": "user", "content": "Say hello in five words."}],
+                    min(16, prompts[0].max_tokens))
     for ep in endpoints:
-        for i in range(args.warmup):
+        for _ in range(args.warmup):
             try:
-                run_request(ep, prompts[i % len(prompts)], args.seed)
+                run_request(ep, warmup, args.seed)
             except openai.OpenAIError as e:
                 raise UsageError(f"endpoint '{ep.name}': warm-up request failed: {e}")
     records = []
