@@ -139,7 +139,6 @@ class Server:
                 if status != 404:
                     break  # 503 (loading) or no answer yet: wait; 404 means try the next path
             time.sleep(0.2)
-        self.stop()
         raise ServerError(f"{self.name} server at {self.url} was not ready after {timeout:.0f} s\n"
                           f"{self.log_tail()}")
 
@@ -164,6 +163,15 @@ class Server:
             os.unlink(self.log_path)
         except OSError:
             pass
+
+
+def _ready_or_stopped(server: Server, timeout: float) -> None:
+    """Waits for the server; on any failure or interrupt it is stopped, never left orphaned."""
+    try:
+        server.wait_ready(timeout)
+    except BaseException:
+        server.stop()
+        raise
 
 
 def _http_status(url: str) -> int | None:
@@ -193,7 +201,7 @@ def start_salvo(salvo_bin: str, model: str, *, port: int | None = None,
         cmd += ["--api-key", api_key]
     cmd += extra or []
     server = Server("salvo", cmd, port)
-    server.wait_ready(timeout)
+    _ready_or_stopped(server, timeout)
     return server
 
 
@@ -218,7 +226,7 @@ def start_llama_cpp(model_path: str, *, port: int | None = None, threads: int = 
     if amx_advertised():
         env["LD_PRELOAD"] = (noamx_shim() + " " + env.get("LD_PRELOAD", "")).strip()
     server = Server("llama.cpp", cmd, port, env=env)
-    server.wait_ready(timeout)
+    _ready_or_stopped(server, timeout)
     return server
 
 
@@ -251,12 +259,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("kind", choices=["llama-cpp", "salvo"])
     ap.add_argument("--model", required=True, help="GGUF path or short name")
     ap.add_argument("--port", type=int, default=8081)
-    ap.add_argument("--threads", type=int, default=2, help="llama-cpp: threads")
+    ap.add_argument("--threads", type=int, default=2,
+                    help="threads (salvo: passed as --threads)")
     ap.add_argument("--ctx", type=int, default=2048)
     ap.add_argument("--parallel", type=int, help="salvo: slots")
     ap.add_argument("--api-key")
     ap.add_argument("--salvo", help="salvo: binary (default $SALVO_BIN or build/release/salvo)")
+    ap.add_argument("--server-arg", action="append", default=[],
+                    help="salvo: one more argument for `salvo serve` (repeatable)")
     args = ap.parse_args(argv)
+    # SIGTERM (and SIGINT, which a shell's background job ignores) stop the server, also while it
+    # is starting.
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         if args.kind == "llama-cpp":
             server = start_llama_cpp(resolve_model_path(args.model), port=args.port,
@@ -264,13 +278,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             salvo_bin = args.salvo or os.environ.get("SALVO_BIN") or str(
                 pathlib.Path(__file__).resolve().parents[2] / "build/release/salvo")
+            extra = ["--threads", str(args.threads)] + args.server_arg
             server = start_salvo(salvo_bin, args.model, port=args.port, parallel=args.parallel,
-                                 ctx=args.ctx, api_key=args.api_key)
+                                 ctx=args.ctx, api_key=args.api_key, extra=extra)
     except ServerError as e:
         print(f"servers: {e}", file=sys.stderr)
         return 1
-    # SIGTERM (and SIGINT, which a shell's background job ignores) end the wait and stop the server.
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    except KeyboardInterrupt:
+        return 1
     print(f"{server.name} server ready at {server.url}/v1 (pid {server.pid}, log {server.log_path}); "
           "Ctrl-C stops it", flush=True)
     try:
