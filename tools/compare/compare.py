@@ -4,7 +4,9 @@
 Every endpoint gets the same chat messages, temperature 0, the same max_tokens and seed, streaming,
 one request at a time. Each endpoint is warmed up first; then every prompt is sent --reps times,
 endpoints taking turns per prompt (the order rotates each repetition) so that a change in machine
-load hits all of them alike. Per request:
+load hits all of them alike. Prompts go round in order, so a server that reuses the previous
+request's prompt prefix (llama.cpp does) gains only the chat template's shared head; with a single
+prompt and several reps it would gain the whole prompt. Per request:
 
   TTFT        request sent -> first streamed chunk with text
   decode      (completion tokens - 1) / (last text chunk - first text chunk), in tokens/s
