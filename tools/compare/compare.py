@@ -10,7 +10,8 @@ prompt and several reps it would gain the whole prompt. Per request:
 
   TTFT        request sent -> first streamed chunk with text
   decode      (completion tokens - 1) / (last text chunk - first text chunk), in tokens/s
-  total       request sent -> end of stream
+  total       request sent -> end of stream (compare it only where the tokens column agrees: an
+              engine that stops early at end-of-text takes less time)
   tok/pass    usage.tokens_per_pass (or completion_tokens / usage.forward_passes) where the server
               reports it (salvo does)
 
