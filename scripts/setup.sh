@@ -36,6 +36,15 @@ if [ "$mode" = test ]; then
   # with Prometheus' own parser.
   python3 -c "import openai" 2>/dev/null || py_missing+=(openai)
   python3 -c "import prometheus_client" 2>/dev/null || py_missing+=(prometheus-client)
+  # The comparison client and load test (tools/compare, bench/load_test.py) speak the OpenAI API
+  # through the official client; llama-cpp-python's OpenAI server needs its "server" extras. They
+  # are named one by one, not as llama-cpp-python[server], so pip never rebuilds llama.cpp below.
+  python3 -c "import fastapi" 2>/dev/null || py_missing+=("fastapi>=0.100.0")
+  python3 -c "import uvicorn" 2>/dev/null || py_missing+=("uvicorn>=0.22.0")
+  python3 -c "import sse_starlette" 2>/dev/null || py_missing+=("sse-starlette>=1.6.1")
+  python3 -c "import starlette_context" 2>/dev/null || py_missing+=("starlette-context>=0.3.6,<0.4")
+  python3 -c "import pydantic_settings" 2>/dev/null || py_missing+=("pydantic-settings>=2.0.1")
+  python3 -c "import yaml" 2>/dev/null || py_missing+=("PyYAML>=5.1")
   if [ ${#py_missing[@]} -gt 0 ]; then
     echo "setup: pip installing ${py_missing[*]}"
     python3 -m pip install -q --disable-pip-version-check "${py_missing[@]}"

@@ -24,5 +24,6 @@ void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
+void add_compare_command(CLI::App& app);
 
 }  // namespace salvo::cli

@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   salvo::cli::add_template_command(app);
   salvo::cli::add_logits_command(app);
   salvo::cli::add_serve_command(app);
+  salvo::cli::add_compare_command(app);
   std::string names;
   bool known = false;
   for (const CLI::App* sub : app.get_subcommands({})) {
