@@ -156,12 +156,20 @@ def connect(ep: Endpoint, timeout: float) -> None:
         ep.model = models[0]
 
 
+# llama-cpp-python's server applies repeat_penalty 1.1 unless a request says otherwise, which
+# would compare penalised decoding against plain greedy; every request states 1.0 (a field the
+# OpenAI API does not define: servers that do not know it ignore it).
+EXTRA_BODY: dict = {"repeat_penalty": 1.0}
+
+
 def run_request(ep: Endpoint, prompt: Prompt, seed: int) -> dict:
     """One streamed chat completion; timings in seconds from just before the request is sent."""
     import openai
 
     kwargs = dict(model=ep.model, messages=prompt.messages, temperature=0.0,
                   max_tokens=prompt.max_tokens, seed=seed, stream=True)
+    if EXTRA_BODY:
+        kwargs["extra_body"] = EXTRA_BODY
     if ep.include_usage:
         kwargs["stream_options"] = {"include_usage": True}
     t0 = time.perf_counter()
@@ -306,6 +314,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=3, help="repetitions of each prompt (default 3)")
     ap.add_argument("--warmup", type=int, default=1, help="warm-up requests per endpoint (default 1)")
     ap.add_argument("--seed", type=int, default=1234, help="seed sent with every request")
+    ap.add_argument("--repeat-penalty", default="1.0",
+                    help="repeat_penalty sent with every request (default 1.0: llama-cpp-python's "
+                         "server otherwise applies 1.1); 'none' sends no such field")
     ap.add_argument("--timeout", type=float, default=600.0, help="seconds per request (default 600)")
     ap.add_argument("--json", action="store_true", help="print JSON (every request + summaries)")
     ap.add_argument("--json-out", type=pathlib.Path, metavar="FILE",
@@ -320,6 +331,14 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _compare(args) -> int:
+    global EXTRA_BODY
+    if args.repeat_penalty == "none":
+        EXTRA_BODY = {}
+    else:
+        try:
+            EXTRA_BODY = {"repeat_penalty": float(args.repeat_penalty)}
+        except ValueError:
+            raise UsageError(f"--repeat-penalty: '{args.repeat_penalty}' is neither a number nor 'none'")
     if not args.endpoint:
         raise UsageError("give at least one --endpoint NAME=URL")
     if args.reps < 1 or args.warmup < 0 or (args.limit is not None and args.limit < 1):
