@@ -60,7 +60,7 @@ def f16_bytes(values):
 
 def random_matrix(rng, qtype, n_out, n_in):
     """Random weights [n_out, n_in] in qtype; returns an array for GGUFWriter.add_tensor."""
-    sigma = 1.0 / np.sqrt(n_in)
+    sigma = np.float32(1.0 / np.sqrt(n_in))  # float32, so F32 tensors stay float32
     if qtype in (Q.F32, Q.F16, Q.BF16):
         w = rng.standard_normal((n_out, n_in), dtype=np.float32) * sigma
         if qtype == Q.F32:

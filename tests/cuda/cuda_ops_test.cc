@@ -128,7 +128,6 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
     const std::vector<float> bias = random_floats(n_out, 3);
     Dev<uint8_t> dw(w);
     Dev<float> dbias(bias);
-    std::vector<float> first_row;
     for (int n_rows : {1, 2, 5, 16, 33, 64, 100}) {
       SCOPED_TRACE(n_rows);
       const auto x = random_floats(n_rows * n_in, 11);
@@ -153,10 +152,21 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
         }
       }
       EXPECT_LT(nmse(y, want), 1e-10);
-      // Row 0 (the same x row in every launch) is bit-identical whatever the batch size.
-      std::vector<float> row0(y.begin(), y.begin() + n_out);
-      if (first_row.empty()) first_row = row0;
-      EXPECT_EQ(std::memcmp(row0.data(), first_row.data(), n_out * sizeof(float)), 0);
+      // Row invariance: every row is bit-identical to a launch holding that row alone.
+      Dev<float> dy1(n_out);
+      for (int r = 0; r < n_rows; ++r) {
+        cuda::matmul({.type = type,
+                      .w = dw.ptr,
+                      .n_out = n_out,
+                      .n_in = n_in,
+                      .x = dx.ptr + r * n_in,
+                      .n_rows = 1,
+                      .y = dy1.ptr,
+                      .bias = dbias.ptr},
+                     nullptr);
+        const auto y1 = dy1.host();
+        ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
+      }
     }
   }
 }
@@ -264,9 +274,9 @@ struct TreeFixture {
     config.n_head_kv = 2;
     config.head_dim = config.head_dim_v = 128;
     config.n_embd = 1024;
-    // seq 0: committed 37 rows; rows 0 (root) -> 1 -> 2, 0 -> 3.
+    // seq 0: committed 600 rows (three key splits); rows 0 (root) -> 1 -> 2, 0 -> 3.
     batch.tokens = {1, 2, 3, 4, 5};
-    batch.positions = {37, 38, 39, 38, 12};
+    batch.positions = {600, 601, 602, 601, 12};
     batch.seq_ids = {0, 0, 0, 0, 1};
     batch.parents = {-1, 0, 1, 0, -1};
     batch.subtree_end = {3, 2, 2, 3, 4};
@@ -277,11 +287,11 @@ struct TreeFixture {
 TEST_F(CudaOps, TreeAttentionMatchesCpu) {
   TreeFixture f;
   const ModelConfig& c = f.config;
-  const int capacity = 64, layer = 1, n = f.batch.size();
-  for (int window : {0, 8}) {
+  const int capacity = 1024, layer = 1, n = f.batch.size();
+  for (int window : {0, 8, 300}) {
     SCOPED_TRACE(window);
     KvCache kv(c, 2, capacity);
-    kv.commit_prefix(0, 37);
+    kv.commit_prefix(0, 600);
     kv.commit_prefix(1, 12);
     // Fill every slot of both layers with known values (host and device copies agree).
     const size_t layer_floats = 2ull * capacity * c.kv_width();
@@ -319,8 +329,10 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                           .window = window});
 
     Dev<float> dk(k_all), dv(v_all), dq(q), dkn(k_new), dvn(v_new), dout(want.size());
+    Dev<float> partial(static_cast<size_t>(n) * c.n_head * cuda::attention_splits(capacity) *
+                       (2 + c.head_dim_v));
     Dev<int32_t> seq(f.batch.seq_ids), pos(f.batch.positions), slot(layout.slot),
-        subtree_end(f.batch.subtree_end), committed(std::vector<int32_t>{37, 12});
+        subtree_end(f.batch.subtree_end), committed(std::vector<int32_t>{600, 12});
     const cuda::BatchView bv{.n_rows = n,
                              .seq = seq.ptr,
                              .pos = pos.ptr,
@@ -342,7 +354,8 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                      .head_dim = c.head_dim,
                      .head_dim_v = c.head_dim_v,
                      .scale = scale,
-                     .window = window},
+                     .window = window,
+                     .partial = partial.ptr},
                     nullptr);
     EXPECT_LT(nmse(dout.host(), want), 1e-10);
 
@@ -351,8 +364,8 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
     std::vector<int32_t> from, to;
     for (size_t j = 0; j < accepted.size(); ++j) {
       if (accepted[j] != static_cast<int32_t>(j)) {
-        from.push_back(37 + accepted[j]);
-        to.push_back(37 + static_cast<int32_t>(j));
+        from.push_back(600 + accepted[j]);
+        to.push_back(600 + static_cast<int32_t>(j));
       }
     }
     kv.commit(0, accepted);
@@ -362,7 +375,7 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                       dfrom.ptr, dto.ptr, static_cast<int>(from.size()), nullptr);
       const auto k_after = dk.host();
       for (int l = 0; l < 2; ++l) {
-        for (int s = 0; s < 40; ++s) {
+        for (int s = 0; s < 603; ++s) {
           const float* got = &k_after[(l * 2 * capacity + s) * c.kv_width()];
           EXPECT_EQ(std::memcmp(got, kv.key(l, 0, s), c.kv_width() * sizeof(float)), 0);
         }

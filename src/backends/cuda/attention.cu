@@ -9,7 +9,7 @@
 namespace salvo::cuda {
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kMaxDimPerLane = 8;  // head_dim <= 256
 
 __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k, const float* v) {
@@ -24,70 +24,95 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
   }
 }
 
-// One block per (head, row). The visible keys are numbered in position order (the committed
-// range, then this row's ancestors in the batch, which come in DFS = depth order) and warp w
-// takes the keys numbered w, w + kWarps, ... with an online softmax; the warps' partial results
-// are merged in warp order. Key number i is position first + i whether the path above the row is
-// committed or still in the batch, so a row's output is bit-identical in a 1-row decode and in a
-// k-row tree verification (the row invariance the speculation guarantee rests on).
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
-  const int head = blockIdx.x, row = blockIdx.y;
+// Split-K attention. The visible keys of a row are numbered in position order (the committed
+// range, then the row's ancestors in the batch, which come in DFS = depth order); key number i
+// is position first + i whether the path above the row is committed or still in the batch. Key
+// i goes to split i / kKeysPerSplit, warp (i / 32) % kWarps, lane i % 32, and every reduction
+// runs in a fixed order over those, so a row's output is bit-identical in a 1-row decode and in
+// a k-row tree verification (the row invariance the speculation guarantee rests on).
+//
+// Kernel 1: one block per (head, row, split); each lane scores one key, the warp takes the
+// softmax of its 32 keys and accumulates their values; the block merges its warps and writes the
+// split's (max, sum, unnormalised output). Kernel 2 merges the splits in order.
+constexpr int kKeysPerSplit = kWarps * 32;
+
+__global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionParams p) {
+  const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int kv_head = head / (p.n_head / p.n_head_kv);
   const BatchView& b = p.batch;
   const int seq = b.seq[row];
   const int pos = b.pos[row];
-  const int committed = b.committed[seq];
   const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int n_committed = max(0, committed - first);
-
-  float q[kMaxDimPerLane];
-#pragma unroll
-  for (int i = 0; i < kMaxDimPerLane; ++i) {
-    const int d = lane + 32 * i;
-    q[i] = d < p.head_dim
-               ? p.q[static_cast<int64_t>(row) * p.n_head * p.head_dim + head * p.head_dim + d]
-               : 0.0f;
+  const int n_committed = max(0, b.committed[seq] - first);
+  const int partial_width = 2 + p.head_dim_v;
+  float* partial = p.partial + ((static_cast<int64_t>(row) * p.n_head + head) * gridDim.z + split) *
+                                   partial_width;
+  if (split * kKeysPerSplit >= n_committed + row + 1) {  // beyond any key this row can see
+    if (threadIdx.x == 0) partial[0] = -FLT_MAX, partial[1] = 0.0f;
+    return;
   }
+
+  extern __shared__ int32_t suffix_slots[];  // [n_rows]: this row's visible batch rows' slots
+  __shared__ int n_suffix;
+  __shared__ float q[kMaxDimPerLane * 32];
+  if (warp == 0) {
+    int count = 0;
+    for (int k0 = 0; k0 <= row; k0 += 32) {
+      const int k = k0 + lane;
+      const bool visible = k <= row && b.seq[k] == seq && row <= b.subtree_end[k] &&
+                           (p.window == 0 || pos - b.pos[k] < p.window);
+      const unsigned ballot = __ballot_sync(0xffffffffu, visible);
+      if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = b.slot[k];
+      count += __popc(ballot);
+    }
+    if (lane == 0) n_suffix = count;
+  }
+  const float* q_row = p.q + static_cast<int64_t>(row) * p.n_head * p.head_dim + head * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) q[d] = q_row[d];
+  __syncthreads();
+
+  const int kv_head = head / (p.n_head / p.n_head_kv);
   const float* k_base =
       p.kv.k + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.k_width + kv_head * p.head_dim;
   const float* v_base =
       p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * p.head_dim_v;
-
-  float m = -FLT_MAX, l = 0.0f, acc[kMaxDimPerLane];
+  const int n_keys = n_committed + n_suffix;
+  const int number = split * kKeysPerSplit + warp * 32 + lane;
+  const bool valid = number < n_keys;
+  int slot = 0;
+  float score = -FLT_MAX;
+  if (valid) {
+    slot = number < n_committed ? first + number : suffix_slots[number - n_committed];
+    const float4* k4 =
+        reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(slot) * p.kv.k_width);
+    float s = 0.0f;
+    for (int d4 = 0; d4 < p.head_dim / 4; ++d4) {
+      const float4 k = k4[d4];
+      s = __fmaf_rn(q[4 * d4], k.x, s);
+      s = __fmaf_rn(q[4 * d4 + 1], k.y, s);
+      s = __fmaf_rn(q[4 * d4 + 2], k.z, s);
+      s = __fmaf_rn(q[4 * d4 + 3], k.w, s);
+    }
+    score = __fmul_rn(s, p.scale);
+  }
+  float m = score;
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float e = valid ? __expf(score - m) : 0.0f;  // score - m <= 0: the fast exp is safe
+  float l = e;
+  for (int off = 16; off > 0; off /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, off));
+  float acc[kMaxDimPerLane];
 #pragma unroll
   for (int i = 0; i < kMaxDimPerLane; ++i) acc[i] = 0.0f;
-
-  auto attend = [&](int slot) {
-    const float* kr = k_base + static_cast<int64_t>(slot) * p.kv.k_width;
-    float s = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float ej = __shfl_sync(0xffffffffu, e, j);
+    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
+    if (split * kKeysPerSplit + warp * 32 + j >= n_keys) break;  // uniform over the warp
+    const float* vr = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
 #pragma unroll
     for (int i = 0; i < kMaxDimPerLane; ++i) {
       const int d = lane + 32 * i;
-      if (d < p.head_dim) s += q[i] * kr[d];
+      if (d < p.head_dim_v) acc[i] = __fmaf_rn(ej, vr[d], acc[i]);
     }
-    for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-    s *= p.scale;
-    const float m_new = fmaxf(m, s);
-    const float correction = __expf(m - m_new);  // m - m_new <= 0: the fast exp is safe
-    const float e = __expf(s - m_new);
-    l = l * correction + e;
-    const float* vr = v_base + static_cast<int64_t>(slot) * p.kv.v_width;
-#pragma unroll
-    for (int i = 0; i < kMaxDimPerLane; ++i) {
-      const int d = lane + 32 * i;
-      acc[i] = acc[i] * correction + (d < p.head_dim_v ? e * vr[d] : 0.0f);
-    }
-    m = m_new;
-  };
-
-  for (int j = warp; j < n_committed; j += kWarps) attend(first + j);
-  int number = n_committed;  // of the next visible key
-  for (int k = 0; k <= row; ++k) {
-    if (b.seq[k] != seq || row > b.subtree_end[k]) continue;  // not an ancestor (nor the row)
-    if (p.window > 0 && pos - b.pos[k] >= p.window) continue;
-    if (number % kWarps == warp) attend(b.slot[k]);
-    ++number;
   }
 
   __shared__ float warp_m[kWarps], warp_l[kWarps];
@@ -99,12 +124,41 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   float m_all = -FLT_MAX;
   for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
   float l_all = 0.0f;
-  for (int w = 0; w < kWarps; ++w) l_all += warp_l[w] * __expf(warp_m[w] - m_all);
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp_l[w] > 0.0f) l_all = __fmaf_rn(warp_l[w], __expf(warp_m[w] - m_all), l_all);
+  }
+  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp_l[w] > 0.0f) o = __fmaf_rn(warp_acc[w][d], __expf(warp_m[w] - m_all), o);
+    }
+    partial[2 + d] = o;
+  }
+  if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
+}
+
+__global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
+  const int head = blockIdx.x, row = blockIdx.y;
+  const int partial_width = 2 + p.head_dim_v;
+  const float* partial =
+      p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
+  float m_all = -FLT_MAX;
+  for (int s = 0; s < n_splits; ++s) {
+    if (partial[s * partial_width + 1] > 0.0f) m_all = fmaxf(m_all, partial[s * partial_width]);
+  }
+  float l_all = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float* ps = partial + s * partial_width;
+    if (ps[1] > 0.0f) l_all = __fmaf_rn(ps[1], __expf(ps[0] - m_all), l_all);
+  }
   float* out = p.out + static_cast<int64_t>(row) * p.n_head * p.head_dim_v + head * p.head_dim_v;
   for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
     float o = 0.0f;
-    for (int w = 0; w < kWarps; ++w) o += warp_acc[w][d] * __expf(warp_m[w] - m_all);
-    out[d] = o / l_all;
+    for (int s = 0; s < n_splits; ++s) {
+      const float* ps = partial + s * partial_width;
+      if (ps[1] > 0.0f) o = __fmaf_rn(ps[2 + d], __expf(ps[0] - m_all), o);
+    }
+    out[d] = __fdiv_rn(o, l_all);
   }
 }
 
@@ -138,10 +192,14 @@ void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, con
   if (batch.n_rows > 0) store_kv_kernel<<<batch.n_rows, 128, 0, stream>>>(batch, kv, k, v);
 }
 
+int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
-  const dim3 grid(p.n_head, p.batch.n_rows);
-  attention_kernel<<<grid, kWarps * 32, 0, stream>>>(p);
+  const int n_splits = attention_splits(p.kv.capacity);
+  const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
+  attention_split_kernel<<<grid, kWarps * 32, p.batch.n_rows * sizeof(int32_t), stream>>>(p);
+  attention_combine_kernel<<<dim3(p.n_head, p.batch.n_rows), 128, 0, stream>>>(p, n_splits);
 }
 
 void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,

@@ -118,7 +118,7 @@ class CudaModel : public Model {
     const int n = batch.size();
     const int n_logits = batch.n_logit_rows();
     DeviceKvCache* dev_kv = attach_cache(kv);
-    if (prepare_scratch(n, n_logits, kv.n_seq())) clear_graphs();
+    if (prepare_scratch(n, n_logits, kv.n_seq(), kv.capacity())) clear_graphs();
     upload_batch(batch, kv);
 
     if (use_graphs_) {
@@ -223,7 +223,7 @@ class CudaModel : public Model {
   }
 
   // Sizes the activation buffers; true when any moved (the captured graphs are then stale).
-  bool prepare_scratch(int n, int n_logits, int n_seq) {
+  bool prepare_scratch(int n, int n_logits, int n_seq, int capacity) {
     const ModelConfig& c = config_;
     const size_t rows = static_cast<size_t>(n);
     const size_t f = sizeof(float);
@@ -242,6 +242,7 @@ class CudaModel : public Model {
     grow(attn_, rows * c.n_head * c.head_dim_v * f);
     grow(gate_, rows * c.n_ff * f);
     grow(up_, rows * c.n_ff * f);
+    grow(attn_partial_, rows * c.n_head * attention_splits(capacity) * (2 + c.head_dim_v) * f);
     grow(logit_rows_, static_cast<size_t>(n_logits) * c.n_embd * f);
     grow(logits_, static_cast<size_t>(n_logits) * c.n_vocab * f);
     grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);
@@ -318,7 +319,8 @@ class CudaModel : public Model {
                  .head_dim = c.head_dim,
                  .head_dim_v = c.head_dim_v,
                  .scale = c.attn_scale,
-                 .window = 0},
+                 .window = 0,
+                 .partial = attn_partial_.get<float>()},
                 stream_);
       linear(l.wo, attn, n, h);
       add(x, h, ne, stream_);
@@ -349,7 +351,7 @@ class CudaModel : public Model {
   DeviceLinear token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
-  DeviceBuffer x_, h_, q_, k_, v_, attn_, gate_, up_, logit_rows_, logits_, meta_;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
   PinnedBuffer logits_host_, meta_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*>, cudaGraphExec_t> graphs_;

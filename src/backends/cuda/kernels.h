@@ -80,9 +80,14 @@ struct AttentionParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   float scale = 1.0f;
   int window = 0;  // sliding window in positions; 0 = unlimited
+  // Scratch: [n_rows, n_head, attention_splits(kv.capacity), 2 + head_dim_v] floats.
+  float* partial = nullptr;
 };
+// Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
+// a row could see, so a captured graph stays valid as the context grows).
+int attention_splits(int capacity);
 // Softmax attention of every row over the committed rows of its sequence plus its ancestors in
-// the batch; heads up to 256 wide.
+// the batch; heads up to 256 wide, head_dim a multiple of 4.
 void attention(const AttentionParams& p, cudaStream_t stream);
 
 // Moves slot from[j] to slot to[j] of one sequence, in order j = 0, 1, ... (from[j] >= to[j],

@@ -1,9 +1,12 @@
-// Quantized matrix × skinny activation product: one warp per output row. A lane dequantizes a
-// 16-weight chunk once into registers and applies it to every activation row of the launch, so
-// each weight byte is read once for up to kMatmulMaxRows rows.
+// Quantized matrix × skinny activation product: one block per output row, its threads taking
+// the row's 16-weight chunks in turn. A thread dequantizes a chunk once into registers and
+// applies it to every activation row of the launch, so each weight byte is read once for up to
+// kMatmulMaxRows rows.
 //
-// Row invariance: a lane walks its chunks in the same order and the warp reduces in the same
-// butterfly for every row, whatever the number of rows (R only sizes the accumulator array).
+// Row invariance: every row's value is the same sequence of roundings whatever the number of
+// rows (R only sizes the accumulator array): explicit __fmaf_rn/__fadd_rn (never contracted
+// differently per unrolled copy), chunks in a fixed order per thread, a fixed butterfly per warp
+// and the warps summed in order.
 #include <algorithm>
 
 #include "backends/cuda/dequant.cuh"
@@ -12,13 +15,26 @@
 namespace salvo::cuda {
 namespace {
 
-constexpr int kWarps = 4;  // output rows per block
+constexpr int kThreads = 128;  // per output row: enough loads in flight for short matrices too
+constexpr int kWarps = kThreads / 32;
+
+__device__ __forceinline__ float dot16(const float w[16], const float* xa, const float* xb) {
+  const float4 x0 = __ldg(reinterpret_cast<const float4*>(xa));
+  const float4 x1 = __ldg(reinterpret_cast<const float4*>(xa + 4));
+  const float4 x2 = __ldg(reinterpret_cast<const float4*>(xb));
+  const float4 x3 = __ldg(reinterpret_cast<const float4*>(xb + 4));
+  const float x[16] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w,
+                       x2.x, x2.y, x2.z, x2.w, x3.x, x3.y, x3.z, x3.w};
+  float s = __fmul_rn(w[0], x[0]);
+#pragma unroll
+  for (int i = 1; i < 16; ++i) s = __fmaf_rn(w[i], x[i], s);
+  return s;
+}
 
 template <DType T, int R>
-__global__ void __launch_bounds__(kWarps * 32) matmul_kernel(MatmulParams p, int64_t row_bytes) {
+__global__ void __launch_bounds__(kThreads) matmul_kernel(MatmulParams p, int64_t row_bytes) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t o = static_cast<int64_t>(blockIdx.x) * kWarps + warp;
-  if (o >= p.n_out) return;
+  const int64_t o = blockIdx.x;
   const uint8_t* row = static_cast<const uint8_t*>(p.w) + o * row_bytes;
   const int n_chunks = static_cast<int>(p.n_in / 16);
   const int n_rows = static_cast<int>(p.n_rows);
@@ -26,7 +42,7 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_kernel(MatmulParams p, int
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
-  for (int c = lane; c < n_chunks; c += 32) {
+  for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
     float w[16];
     int a, b;
     load_chunk<T>(row, c, w, a, b);
@@ -34,37 +50,32 @@ __global__ void __launch_bounds__(kWarps * 32) matmul_kernel(MatmulParams p, int
     for (int r = 0; r < R; ++r) {
       if (r < n_rows) {
         const float* xr = p.x + static_cast<int64_t>(r) * p.n_in;
-        const float4 x0 = __ldg(reinterpret_cast<const float4*>(xr + a));
-        const float4 x1 = __ldg(reinterpret_cast<const float4*>(xr + a + 4));
-        const float4 x2 = __ldg(reinterpret_cast<const float4*>(xr + b));
-        const float4 x3 = __ldg(reinterpret_cast<const float4*>(xr + b + 4));
-        float s = w[0] * x0.x + w[1] * x0.y + w[2] * x0.z + w[3] * x0.w;
-        s += w[4] * x1.x + w[5] * x1.y + w[6] * x1.z + w[7] * x1.w;
-        s += w[8] * x2.x + w[9] * x2.y + w[10] * x2.z + w[11] * x2.w;
-        s += w[12] * x3.x + w[13] * x3.y + w[14] * x3.z + w[15] * x3.w;
-        acc[r] += s;
+        acc[r] = __fadd_rn(acc[r], dot16(w, xr + a, xr + b));
       }
     }
   }
+  __shared__ float partial[kWarps][R];
 #pragma unroll
   for (int r = 0; r < R; ++r) {
-    if (r < n_rows) {
-      float s = acc[r];
+    float s = acc[r];
 #pragma unroll
-      for (int off = 16; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);
-      if (lane == 0) {
-        if (p.bias != nullptr) s += p.bias[o];
-        p.y[static_cast<int64_t>(r) * p.n_out + o] = s;
-      }
-    }
+    for (int off = 16; off > 0; off /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (lane == 0) partial[warp][r] = s;
+  }
+  __syncthreads();
+  for (int r = threadIdx.x; r < n_rows && r < R; r += kThreads) {
+    float s = partial[0][r];
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) s = __fadd_rn(s, partial[w][r]);
+    if (p.bias != nullptr) s = __fadd_rn(s, p.bias[o]);
+    p.y[static_cast<int64_t>(r) * p.n_out + o] = s;
   }
 }
 
 template <DType T, int R>
 void launch(const MatmulParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.n_in / ChunkTraits<T>::kChunks / 16 * ChunkTraits<T>::kBlockBytes;
-  const unsigned blocks = static_cast<unsigned>((p.n_out + kWarps - 1) / kWarps);
-  matmul_kernel<T, R><<<blocks, kWarps * 32, 0, stream>>>(p, row_bytes);
+  matmul_kernel<T, R><<<static_cast<unsigned>(p.n_out), kThreads, 0, stream>>>(p, row_bytes);
 }
 
 template <DType T>
