@@ -197,6 +197,16 @@ TEST_F(CudaOps, RmsNormActivationsAddScaleGather) {
   cuda::rms_norm(dx.ptr, dw.ptr, dy.ptr, rows, dim, 1e-6f, nullptr);
   EXPECT_LT(nmse(dy.host(), want), 1e-12);
 
+  // The fused residual add + norm, with out aliasing h as the model uses it.
+  const auto resid = random_floats(rows * dim, 6);
+  std::vector<float> want_x = x, want_h(rows * dim);
+  ops::add(want_x.data(), resid.data(), want_x.size());
+  ops::rms_norm(want_x.data(), w.data(), want_h.data(), rows, dim, 1e-6f);
+  Dev<float> fx(x), fh(resid);
+  cuda::add_rms_norm(fx.ptr, fh.ptr, dw.ptr, fh.ptr, rows, dim, 1e-6f, nullptr);
+  EXPECT_EQ(fx.host(), want_x);
+  EXPECT_LT(nmse(fh.host(), want_h), 1e-12);
+
   const auto g = random_floats(rows * dim, 3, 2.0f), u = random_floats(rows * dim, 4);
   for (bool gelu : {false, true}) {
     std::vector<float> want_g = g;

@@ -302,8 +302,12 @@ class CudaModel : public Model {
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceLayer& l = layers_[il];
       const KvLayerView kvl = dev_kv.layer(il);
-      // Attention block.
-      rms_norm(x, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      // Attention block. h holds the previous block's output: its residual add is fused here.
+      if (il == 0) {
+        rms_norm(x, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      } else {
+        add_rms_norm(x, h, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      }
       linear(l.wq, h, n, q);  // [n, n_head * head_dim]
       linear(l.wk, h, n, k);  // [n, n_head_kv * head_dim]
       linear(l.wv, h, n, v);
@@ -323,15 +327,14 @@ class CudaModel : public Model {
                  .partial = attn_partial_.get<float>()},
                 stream_);
       linear(l.wo, attn, n, h);
-      add(x, h, ne, stream_);
-      // Feed-forward block (SwiGLU).
-      rms_norm(x, l.ffn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      // Feed-forward block (SwiGLU), after x += h.
+      add_rms_norm(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, stream_);
       linear(l.ffn_gate, h, n, gate);
       linear(l.ffn_up, h, n, up);
       silu_mul(gate, up, static_cast<int64_t>(n) * c.n_ff, stream_);
       linear(l.ffn_down, gate, n, h);
-      add(x, h, ne, stream_);
     }
+    add(x, h, ne, stream_);  // the last block's residual
     // Only the rows whose logits are read go through the LM head.
     float* lr = logit_rows_.get<float>();
     gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);

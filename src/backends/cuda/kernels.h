@@ -35,6 +35,9 @@ void matmul(const MatmulParams& p, cudaStream_t stream);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream);
+// x += h; out = rms_norm(x) * w (out may alias h).
+void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                  float eps, cudaStream_t stream);
 void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
           float base, RopeMode mode, cudaStream_t stream);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream);

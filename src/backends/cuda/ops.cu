@@ -34,6 +34,23 @@ __global__ void rms_norm_kernel(const float* x, const float* w, float* out, int 
   for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
 }
 
+// x += h, then out = rms_norm(x) * w: the residual add fused into the next norm (one launch
+// instead of two per block). out may be h: every h[i] is read before the barrier in block_sum.
+__global__ void add_rms_norm_kernel(float* x, const float* h, const float* w, float* out, int dim,
+                                    float eps) {
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const float* hr = h + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = xr[i] + hr[i];
+    xr[i] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
+}
+
 // One thread per (row, head, rotated pair).
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, int n_heads,
                             int head_dim, int n_rot, float theta_scale, bool neox) {
@@ -151,6 +168,13 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int di
               cudaStream_t stream) {
   if (n_rows == 0) return;
   rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, w, out, dim, eps);
+}
+
+void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                  float eps, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, w, out, dim,
+                                                                              eps);
 }
 
 void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
