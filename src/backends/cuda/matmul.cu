@@ -1,5 +1,5 @@
-// Quantized matrix × skinny activation product: a block per few output rows, its threads taking
-// the rows' 16-weight chunks in turn. A thread dequantizes a chunk once into registers and
+// Quantized matrix × skinny activation product: one block per output row, its threads taking
+// the row's 16-weight chunks in turn. A thread dequantizes a chunk once into registers and
 // applies it to every activation row of the launch, so each weight byte is read once for up to
 // kMatmulMaxRows rows. (A warp-per-row variant with an unrolled chunk loop measured slower on
 // the H200: 320 against 374 tokens/s on the Qwen2.5-1.5B shape, 153 against 176 on the 7B.)
@@ -32,76 +32,51 @@ __device__ __forceinline__ float dot16(const float w[16], const float* xa, const
   return s;
 }
 
-// RB output rows per block: a thread loads the same chunk of RB rows at once, which keeps more
-// weight bytes in flight per block (a block's life is mostly load latency; the H200 profile of
-// the 1-row-per-block kernel showed 675 GB/s on 8 MB matrices). Each row's arithmetic is the
-// same whatever RB, so row invariance holds across launches that pick different RB.
-template <DType T, int R, int RB>
+template <DType T, int R>
 __global__ void __launch_bounds__(kThreads) matmul_kernel(MatmulParams p, int64_t row_bytes) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t o0 = static_cast<int64_t>(blockIdx.x) * RB;
+  const int64_t o = blockIdx.x;
+  const uint8_t* row = static_cast<const uint8_t*>(p.w) + o * row_bytes;
   const int n_chunks = static_cast<int>(p.n_in / 16);
   const int n_rows = static_cast<int>(p.n_rows);
-  const int n_out_here = static_cast<int>(p.n_out - o0 < RB ? p.n_out - o0 : RB);
-  float acc[RB][R];
+  float acc[R];
 #pragma unroll
-  for (int j = 0; j < RB; ++j) {
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[j][r] = 0.0f;
-  }
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
 
   for (int c = threadIdx.x; c < n_chunks; c += kThreads) {
-    float w[RB][16];
+    float w[16];
     int a, b;
-#pragma unroll
-    for (int j = 0; j < RB; ++j) {
-      if (j < n_out_here) {
-        load_chunk<T>(static_cast<const uint8_t*>(p.w) + (o0 + j) * row_bytes, c, w[j], a, b);
-      }
-    }
+    load_chunk<T>(row, c, w, a, b);
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       if (r < n_rows) {
         const float* xr = p.x + static_cast<int64_t>(r) * p.n_in;
-#pragma unroll
-        for (int j = 0; j < RB; ++j) {
-          if (j < n_out_here) acc[j][r] = __fadd_rn(acc[j][r], dot16(w[j], xr + a, xr + b));
-        }
+        acc[r] = __fadd_rn(acc[r], dot16(w, xr + a, xr + b));
       }
     }
   }
-  __shared__ float partial[kWarps][RB * R];
+  __shared__ float partial[kWarps][R];
 #pragma unroll
-  for (int j = 0; j < RB; ++j) {
+  for (int r = 0; r < R; ++r) {
+    float s = acc[r];
 #pragma unroll
-    for (int r = 0; r < R; ++r) {
-      float s = acc[j][r];
-#pragma unroll
-      for (int off = 16; off > 0; off /= 2) {
-        s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-      }
-      if (lane == 0) partial[warp][j * R + r] = s;
-    }
+    for (int off = 16; off > 0; off /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (lane == 0) partial[warp][r] = s;
   }
   __syncthreads();
-  for (int i = threadIdx.x; i < RB * R; i += kThreads) {
-    const int j = i / R, r = i % R;
-    if (j >= n_out_here || r >= n_rows) continue;
-    float s = partial[0][i];
+  for (int r = threadIdx.x; r < n_rows && r < R; r += kThreads) {
+    float s = partial[0][r];
 #pragma unroll
-    for (int w = 1; w < kWarps; ++w) s = __fadd_rn(s, partial[w][i]);
-    if (p.bias != nullptr) s = __fadd_rn(s, p.bias[o0 + j]);
-    p.y[static_cast<int64_t>(r) * p.n_out + o0 + j] = s;
+    for (int w = 1; w < kWarps; ++w) s = __fadd_rn(s, partial[w][r]);
+    if (p.bias != nullptr) s = __fadd_rn(s, p.bias[o]);
+    p.y[static_cast<int64_t>(r) * p.n_out + o] = s;
   }
 }
 
 template <DType T, int R>
 void launch(const MatmulParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.n_in / ChunkTraits<T>::kChunks / 16 * ChunkTraits<T>::kBlockBytes;
-  // Several output rows per block where the accumulators leave registers for it.
-  constexpr int kRowsPerBlock = R <= 8 ? 4 : 1;
-  const unsigned blocks = static_cast<unsigned>((p.n_out + kRowsPerBlock - 1) / kRowsPerBlock);
-  matmul_kernel<T, R, kRowsPerBlock><<<blocks, kThreads, 0, stream>>>(p, row_bytes);
+  matmul_kernel<T, R><<<static_cast<unsigned>(p.n_out), kThreads, 0, stream>>>(p, row_bytes);
 }
 
 template <DType T>
