@@ -2,7 +2,9 @@
 // (tokens/s); tg<N>: N one-token decode passes from an empty context. Each test is repeated
 // and reported as mean ± standard deviation. With --draft-model the draft model's tg<N> runs too
 // (on the same threads), since its cost per token against the target's decides whether
-// draft-model speculation can pay on this machine.
+// draft-model speculation can pay on this machine. --verify adds the cost of a k-row
+// verification pass against a 1-row pass (k = 1 ... 64) at a 512-token context.
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -13,6 +15,7 @@
 
 #include "backends/cpu/matmul.h"
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "engine/engine.h"
 #include "models/kv_cache.h"
 #include "util/memory.h"
@@ -27,6 +30,8 @@ struct BenchOptions {
   int n_gen = 128;
   int reps = 5;
   int threads = 0;
+  std::string device = "cpu";
+  bool verify = false;
   bool json = false;
 };
 
@@ -58,8 +63,10 @@ std::vector<int32_t> bench_tokens(int n, int n_vocab) {
   return ids;
 }
 
-double time_prompt(Engine& e, const std::vector<int32_t>& ids) {
-  KvCache kv(e.model().config(), 1, static_cast<int>(ids.size()) + 1);
+// The cache is shared by all runs (cleared before each), so a backend's per-cache setup (device
+// buffers, captured graphs) is not timed.
+double time_prompt(Engine& e, KvCache& kv, const std::vector<int32_t>& ids) {
+  kv.clear(0);
   TokenBatch batch;
   batch.add_chain(ids.data(), static_cast<int32_t>(ids.size()), 0, 0, true);
   std::vector<float> logits;
@@ -69,8 +76,9 @@ double time_prompt(Engine& e, const std::vector<int32_t>& ids) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-double time_generation(Model& model, ThreadPool& pool, const std::vector<int32_t>& ids) {
-  KvCache kv(model.config(), 1, static_cast<int>(ids.size()) + 1);
+double time_generation(Model& model, ThreadPool& pool, KvCache& kv,
+                       const std::vector<int32_t>& ids) {
+  kv.clear(0);
   std::vector<float> logits;
   TokenBatch batch;
   const auto start = std::chrono::steady_clock::now();
@@ -84,43 +92,89 @@ double time_generation(Model& model, ThreadPool& pool, const std::vector<int32_t
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Mean milliseconds of a forward pass over a k-row chain behind `context` committed tokens.
+// Nothing is committed, so every repetition does the same work.
+double time_verify_pass(Engine& e, KvCache& kv, int context, int k, int reps) {
+  const auto ids = bench_tokens(k, e.model().config().n_vocab);
+  TokenBatch batch;
+  batch.add_chain(ids.data(), k, context, 0, /*logits_last_only=*/false);
+  std::vector<float> logits;
+  auto pass = [&] {
+    Status st = e.model().forward(e.pool(), batch, kv, logits);
+    if (!st.ok()) throw CliError(st.message());
+  };
+  pass();  // warm-up (and, on CUDA, graph capture for this shape)
+  const auto start = std::chrono::steady_clock::now();
+  for (int r = 0; r < reps; ++r) pass();
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+             .count() /
+         reps;
+}
+
 void bench(const BenchOptions& o) {
   const std::string path = resolve_model(o.model);
   auto engine = Engine::load(
       path, {.threads = o.threads,
-             .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model)});
+             .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
+             .placement = placement_for(o.device)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
   const ModelConfig& c = e.model().config();
 
+  KvCache kv(c, 1, std::max(o.n_prompt, o.n_gen) + 1);
   std::vector<Figure> figures;
   if (o.n_prompt > 0) {
     const auto ids = bench_tokens(o.n_prompt, c.n_vocab);
-    time_prompt(e, ids);  // warm-up: page in the weights
+    time_prompt(e, kv, ids);  // warm-up: page in the weights
     Figure f{"pp" + std::to_string(o.n_prompt), {}};
-    for (int r = 0; r < o.reps; ++r) f.tps.push_back(o.n_prompt / time_prompt(e, ids));
+    for (int r = 0; r < o.reps; ++r) f.tps.push_back(o.n_prompt / time_prompt(e, kv, ids));
     figures.push_back(f);
   }
   if (o.n_gen > 0) {
     const auto ids = bench_tokens(o.n_gen, c.n_vocab);
     const std::vector<int32_t> warm_up(ids.begin(), ids.begin() + std::min(o.n_gen, 8));
-    time_generation(e.model(), e.pool(), warm_up);
+    time_generation(e.model(), e.pool(), kv, warm_up);
     Figure f{"tg" + std::to_string(o.n_gen), {}};
     for (int r = 0; r < o.reps; ++r) {
-      f.tps.push_back(o.n_gen / time_generation(e.model(), e.pool(), ids));
+      f.tps.push_back(o.n_gen / time_generation(e.model(), e.pool(), kv, ids));
     }
     figures.push_back(f);
     if (Model* draft = e.draft_model()) {
-      time_generation(*draft, e.pool(), warm_up);
+      KvCache draft_kv(draft->config(), 1, o.n_gen + 1);
+      time_generation(*draft, e.pool(), draft_kv, warm_up);
       Figure d{"draft " + draft->config().name + " tg" + std::to_string(o.n_gen), {}};
       for (int r = 0; r < o.reps; ++r) {
-        d.tps.push_back(o.n_gen / time_generation(*draft, e.pool(), ids));
+        d.tps.push_back(o.n_gen / time_generation(*draft, e.pool(), draft_kv, ids));
       }
       figures.push_back(d);
     }
   }
 
+  std::vector<std::pair<int, double>> verify_ms;  // (rows, ms per pass)
+  if (o.verify) {
+    constexpr int kContext = 512;
+    KvCache kv(c, 1, kContext + 64);
+    const auto ids = bench_tokens(kContext, c.n_vocab);
+    TokenBatch prompt;
+    prompt.add_chain(ids.data(), kContext, 0, 0, true);
+    std::vector<float> logits;
+    if (Status st = e.model().forward(e.pool(), prompt, kv, logits); !st.ok()) {
+      throw CliError(st.message());
+    }
+    kv.commit_prefix(0, kContext);
+    for (int k : {1, 2, 4, 8, 16, 32, 64}) {
+      verify_ms.emplace_back(k, time_verify_pass(e, kv, kContext, k, 10 * o.reps));
+    }
+  }
+
   const double size_mib = static_cast<double>(e.model().gguf().file_size()) / (1 << 20);
+  const std::string backend = e.model().backend_name() == std::string("cpu")
+                                  ? std::string("cpu (") + cpu_kernel_path() + ")"
+                                  : e.model().backend_name();
+  double tg_tps = 0;
+  for (const auto& f : figures) {
+    if (f.test.rfind("tg", 0) == 0) tg_tps = f.mean();
+  }
   const double bytes_per_token = static_cast<double>(e.model().weight_bytes_per_pass());
   const double rss_mib = static_cast<double>(peak_rss_bytes()) / (1 << 20);
   if (o.json) {
@@ -129,12 +183,17 @@ void bench(const BenchOptions& o) {
                           {"size_mib", size_mib},
                           {"weight_bytes_per_pass", bytes_per_token},
                           {"threads", e.pool().size()},
+                          {"backend", backend},
                           {"kernel", cpu_kernel_path()},
+                          {"weight_gbps", bytes_per_token * tg_tps / 1e9},
                           {"peak_rss_mb", rss_mib},
                           {"results", nlohmann::json::array()}};
     for (const auto& f : figures) {
       out["results"].push_back(
           {{"test", f.test}, {"tps_mean", f.mean()}, {"tps_std", f.stddev()}, {"tps", f.tps}});
+    }
+    for (const auto& [k, ms] : verify_ms) {
+      out["verify"].push_back({{"rows", k}, {"ms", ms}, {"ratio_to_1", ms / verify_ms[0].second}});
     }
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -142,11 +201,20 @@ void bench(const BenchOptions& o) {
   std::printf("| model | size | backend | threads | test | t/s |\n");
   std::printf("| ----- | ---: | ------- | ------: | ---: | --: |\n");
   for (const auto& f : figures) {
-    std::printf("| %s | %.1f MiB | cpu (%s) | %d | %s | %.2f ± %.2f |\n", c.name.c_str(), size_mib,
-                cpu_kernel_path(), e.pool().size(), f.test.c_str(), f.mean(), f.stddev());
+    std::printf("| %s | %.1f MiB | %s | %d | %s | %.2f ± %.2f |\n", c.name.c_str(), size_mib,
+                backend.c_str(), e.pool().size(), f.test.c_str(), f.mean(), f.stddev());
   }
   std::printf("\nweights read per decode pass: %.1f MiB; peak RSS %.1f MiB\n",
               bytes_per_token / (1 << 20), rss_mib);
+  if (tg_tps > 0) {
+    std::printf("decode reads weights at %.1f GB/s\n", bytes_per_token * tg_tps / 1e9);
+  }
+  if (!verify_ms.empty()) {
+    std::printf("\n| rows | ms per pass | ratio to 1 row |\n| ---: | ---: | ---: |\n");
+    for (const auto& [k, ms] : verify_ms) {
+      std::printf("| %d | %.3f | %.2f |\n", k, ms, ms / verify_ms[0].second);
+    }
+  }
 }
 
 }  // namespace
@@ -164,6 +232,9 @@ void add_bench_command(CLI::App& app) {
   cmd->add_option("-r,--repetitions", o->reps, "repetitions")->check(CLI::Range(1, 1000));
   cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  add_device_option(cmd, o->device);
+  cmd->add_flag("--verify", o->verify,
+                "also time k-row verification passes (k = 1..64) at a 512-token context");
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] { bench(*o); });
 }

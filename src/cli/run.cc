@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "cli/prompt.h"
 #include "engine/engine.h"
 #include "engine/session.h"
@@ -26,6 +27,7 @@ struct RunOptions {
   float repeat_penalty = 1.0f;
   int64_t seed = -1;
   int threads = 0;
+  std::string device = "cpu";
   int ctx = 4096;
   std::vector<std::string> stop;
   bool ignore_eos = false;
@@ -111,7 +113,8 @@ void run(const RunOptions& o) {
   auto engine =
       Engine::load(resolve_model(o.model),
                    {.threads = o.threads,
-                    .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model)});
+                    .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
+                    .placement = placement_for(o.device)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
 
@@ -192,6 +195,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--seed", o->seed, "random seed (default: random)");
   cmd->add_option("-t,--threads", o->threads, "threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
+  add_device_option(cmd, o->device);
   cmd->add_option("-c,--ctx", o->ctx, "context size in tokens")->check(CLI::Range(16, 1 << 20));
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "keep generating after end-of-generation tokens");

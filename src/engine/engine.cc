@@ -17,6 +17,11 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> engine(new Engine());
   SALVO_ASSIGN_OR_RETURN(engine->model_, load_model(model_path));
+  if (options.placement) {
+    auto placed = options.placement(std::move(engine->model_));
+    if (!placed.ok()) return placed.status().with_context(model_path);
+    engine->model_ = std::move(placed).value();
+  }
   auto tokenizer = Tokenizer::from_gguf(engine->model_->gguf());
   if (!tokenizer.ok()) return tokenizer.status().with_context(model_path);
   engine->tokenizer_ = std::move(tokenizer).value();

@@ -2,6 +2,7 @@
 // use it (the CLI has one session; the server will have one per slot).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -12,11 +13,17 @@
 
 namespace salvo {
 
+// Moves a loaded (CPU) model onto another backend, e.g. cuda::to_device. The front end picks
+// it, so the engine does not depend on any backend.
+using ModelPlacement =
+    std::function<Expected<std::unique_ptr<Model>>(std::unique_ptr<Model> cpu_model)>;
+
 struct EngineOptions {
   int threads = 0;  // 0 = all cores
   // A smaller GGUF with the same vocabulary that drafts for the model (--draft-model); empty:
   // none. Checked for vocabulary compatibility at load.
   std::string draft_model_path;
+  ModelPlacement placement;  // empty = run on the CPU
 };
 
 class Engine {

@@ -37,6 +37,15 @@ Status KvCache::reserve_suffix(int seq, int n_rows) const {
 
 void KvCache::commit(int seq, std::span<const int32_t> accepted_suffix_rows) {
   const int base = committed_[seq];
+  if (mirror_ != nullptr) {
+    for (size_t j = 0; j < accepted_suffix_rows.size(); ++j) {
+      SALVO_CHECK(accepted_suffix_rows[j] >= static_cast<int32_t>(j) &&
+                  base + accepted_suffix_rows[j] < capacity_);
+    }
+    mirror_->commit(seq, base, accepted_suffix_rows);
+    committed_[seq] = base + static_cast<int>(accepted_suffix_rows.size());
+    return;
+  }
   for (size_t j = 0; j < accepted_suffix_rows.size(); ++j) {
     const int from = base + accepted_suffix_rows[j];
     const int to = base + static_cast<int>(j);

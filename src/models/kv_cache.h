@@ -20,6 +20,17 @@
 
 namespace salvo {
 
+// A copy of the cache's rows kept elsewhere (a GPU backend's device cache). When a KvCache has
+// a mirror, the rows live there: commit() moves the mirror's rows instead of the host ones, and
+// the host KvCache only keeps the committed counts that every backend reads.
+class KvCacheMirror {
+ public:
+  virtual ~KvCacheMirror() = default;
+  // The same move as KvCache::commit: suffix row accepted[j] (slot base + accepted[j]) goes to
+  // slot base + j, in order.
+  virtual void commit(int seq, int base, std::span<const int32_t> accepted_suffix_rows) = 0;
+};
+
 class KvCache {
  public:
   KvCache(const ModelConfig& config, int n_seq, int capacity);
@@ -58,6 +69,11 @@ class KvCache {
   // Forgets committed tokens from position `keep` on.
   void truncate(int seq, int keep);
 
+  // Hands the rows to a mirror (see KvCacheMirror); the backend that owns it attaches it on its
+  // first forward pass with this cache, so sessions need not know which backend runs.
+  void set_mirror(std::unique_ptr<KvCacheMirror> mirror) { mirror_ = std::move(mirror); }
+  KvCacheMirror* mirror() const { return mirror_.get(); }
+
  private:
   size_t offset(int layer, int seq, int slot, int width) const {
     return ((static_cast<size_t>(layer) * n_seq_ + seq) * capacity_ + slot) * width;
@@ -66,6 +82,7 @@ class KvCache {
   int n_layer_, n_seq_, capacity_, kv_width_, v_width_;
   std::unique_ptr<Elem[]> k_, v_;
   std::vector<int> committed_;
+  std::unique_ptr<KvCacheMirror> mirror_;
 };
 
 }  // namespace salvo

@@ -23,6 +23,12 @@ class LlamaModel : public Model {
   static Expected<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> gguf, bool qkv_bias,
                                                RopeMode rope_mode);
 
+  // The bound weights, for backends that upload them (views into the memory map).
+  const WeightView& token_embd() const { return token_embd_; }
+  const WeightView& output() const { return output_; }
+  const float* output_norm() const { return output_norm_; }
+  const std::vector<LlamaLayer>& layers() const { return layers_; }
+
  protected:
   void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                       std::vector<float>& logits) override;

@@ -24,6 +24,8 @@ class Model {
   const GgufFile& gguf() const { return *gguf_; }
   // Bytes of weights one forward pass reads (every tensor but the embedding table).
   size_t weight_bytes_per_pass() const { return weight_bytes_per_pass_; }
+  // Where the forward pass runs ("cpu", "cuda").
+  virtual const char* backend_name() const { return "cpu"; }
 
   // Runs every row of the batch. K/V of each row are written to the suffix region of its
   // sequence in `kv` (nothing is committed here: the caller commits what it keeps). Logits of
@@ -35,9 +37,16 @@ class Model {
  protected:
   virtual void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                               std::vector<float>& logits) = 0;
+  // For a model that runs another's weights elsewhere: the same config, file and figures.
+  void share_file_and_config(const Model& other) {
+    config_ = other.config_;
+    gguf_ = other.gguf_;
+    weight_bytes_per_pass_ = other.weight_bytes_per_pass_;
+  }
 
   ModelConfig config_;
-  std::unique_ptr<GgufFile> gguf_;
+  // Shared so that a model built from this one (a device copy) keeps the mapping alive.
+  std::shared_ptr<GgufFile> gguf_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // repacked matrices (backends/cpu/packed.h)
   size_t weight_bytes_per_pass_ = 0;
 };

@@ -82,12 +82,25 @@ def test_info_names_architecture_and_template():
     (("run", "--model", "smollm2-135m", "-m", "hi", "--top-p", "7"), "top-p"),
     (("run", "--model", "smollm2-135m", "-m", "hi", "--no-such-flag"), "no-such-flag"),
     (("bench", "--model", "smollm2-135m", "-r", "0"), "repetitions"),
+    (("run", "--model", "smollm2-135m", "-m", "hi", "--device", "gpu"), "--device"),
     (("pull", "no-such-model"), "unknown model"),
     (("frobnicate",), "frobnicate"),
 ])
 def test_wrong_usage_is_one_line_error(args, expected):
     line = one_line_error(salvo(*args))
     assert expected in line, line
+
+
+def test_device_cuda_runs_or_says_why_not():
+    # Without nvcc at build time (the stub) or without a GPU, --device cuda is a one-line error
+    # that points back to the CPU; with both it generates like the CPU backend.
+    path = model_path_or_skip("smollm2-135m")
+    proc = salvo("run", "--model", path, "-m", "hi", "--raw", "-n", "2", "--device", "cuda")
+    if proc.returncode != 0:
+        line = one_line_error(proc)
+        assert "CUDA" in line and "--device cpu" in line, line
+    else:
+        assert "decode" in proc.stderr + proc.stdout
 
 
 def test_corrupt_and_truncated_model_files(tmp_path):

@@ -1,13 +1,20 @@
 // Entry points of the CUDA backend. The stub build returns an error from each.
 #pragma once
 
+#include <memory>
 #include <string>
 
+#include "models/model.h"
 #include "util/status.h"
 
 namespace salvo::cuda {
 
 // Checks that a CUDA device can be used; the stub says the build has no CUDA.
 Status check_available();
+
+// Uploads a loaded model's weights to the GPU once and returns a Model whose forward passes run
+// there (llama and qwen2). Its KV rows live on the device: the first forward pass with a
+// KvCache attaches a device mirror to it (KvCacheMirror), so commit() moves device rows.
+Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model);
 
 }  // namespace salvo::cuda

@@ -1,0 +1,215 @@
+// Attention over the device KV cache with TokenBatch's tree mask, K/V stores and KV commit.
+//
+// Cache layout per layer: [n_seq][capacity][width] floats; committed slot i holds position i,
+// the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
+#include <cfloat>
+
+#include "backends/cuda/kernels.h"
+
+namespace salvo::cuda {
+namespace {
+
+constexpr int kWarps = 8;
+constexpr int kMaxDimPerLane = 8;  // head_dim <= 256
+
+__global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k, const float* v) {
+  const int r = blockIdx.x;
+  const int64_t slot =
+      static_cast<int64_t>(batch.seq[r]) * kv.capacity + static_cast<int64_t>(batch.slot[r]);
+  for (int i = threadIdx.x; i < kv.k_width; i += blockDim.x) {
+    kv.k[slot * kv.k_width + i] = k[static_cast<int64_t>(r) * kv.k_width + i];
+  }
+  for (int i = threadIdx.x; i < kv.v_width; i += blockDim.x) {
+    kv.v[slot * kv.v_width + i] = v[static_cast<int64_t>(r) * kv.v_width + i];
+  }
+}
+
+// Split-K attention. The visible keys of a row are numbered in position order (the committed
+// range, then the row's ancestors in the batch, which come in DFS = depth order); key number i
+// is position first + i whether the path above the row is committed or still in the batch. Key
+// i goes to split i / kKeysPerSplit, warp (i / 32) % kWarps, lane i % 32, and every reduction
+// runs in a fixed order over those, so a row's output is bit-identical in a 1-row decode and in
+// a k-row tree verification (the row invariance the speculation guarantee rests on).
+//
+// Kernel 1: one block per (head, row, split); each lane scores one key, the warp takes the
+// softmax of its 32 keys and accumulates their values; the block merges its warps and writes the
+// split's (max, sum, unnormalised output). Kernel 2 merges the splits in order.
+constexpr int kKeysPerSplit = kWarps * 32;
+
+__global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionParams p) {
+  const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const BatchView& b = p.batch;
+  const int seq = b.seq[row];
+  const int pos = b.pos[row];
+  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int n_committed = max(0, b.committed[seq] - first);
+  const int partial_width = 2 + p.head_dim_v;
+  float* partial = p.partial + ((static_cast<int64_t>(row) * p.n_head + head) * gridDim.z + split) *
+                                   partial_width;
+  if (split * kKeysPerSplit >= n_committed + row + 1) {  // beyond any key this row can see
+    if (threadIdx.x == 0) partial[0] = -FLT_MAX, partial[1] = 0.0f;
+    return;
+  }
+
+  extern __shared__ int32_t suffix_slots[];  // [n_rows]: this row's visible batch rows' slots
+  __shared__ int n_suffix;
+  __shared__ float q[kMaxDimPerLane * 32];
+  if (warp == 0) {
+    int count = 0;
+    for (int k0 = 0; k0 <= row; k0 += 32) {
+      const int k = k0 + lane;
+      const bool visible = k <= row && b.seq[k] == seq && row <= b.subtree_end[k] &&
+                           (p.window == 0 || pos - b.pos[k] < p.window);
+      const unsigned ballot = __ballot_sync(0xffffffffu, visible);
+      if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = b.slot[k];
+      count += __popc(ballot);
+    }
+    if (lane == 0) n_suffix = count;
+  }
+  const float* q_row = p.q + static_cast<int64_t>(row) * p.n_head * p.head_dim + head * p.head_dim;
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) q[d] = q_row[d];
+  __syncthreads();
+
+  const int kv_head = head / (p.n_head / p.n_head_kv);
+  const float* k_base =
+      p.kv.k + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.k_width + kv_head * p.head_dim;
+  const float* v_base =
+      p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * p.head_dim_v;
+  const int n_keys = n_committed + n_suffix;
+  const int number = split * kKeysPerSplit + warp * 32 + lane;
+  const bool valid = number < n_keys;
+  int slot = 0;
+  float score = -FLT_MAX;
+  if (valid) {
+    slot = number < n_committed ? first + number : suffix_slots[number - n_committed];
+    const float4* k4 =
+        reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(slot) * p.kv.k_width);
+    float s = 0.0f;
+    for (int d4 = 0; d4 < p.head_dim / 4; ++d4) {
+      const float4 k = k4[d4];
+      s = __fmaf_rn(q[4 * d4], k.x, s);
+      s = __fmaf_rn(q[4 * d4 + 1], k.y, s);
+      s = __fmaf_rn(q[4 * d4 + 2], k.z, s);
+      s = __fmaf_rn(q[4 * d4 + 3], k.w, s);
+    }
+    score = __fmul_rn(s, p.scale);
+  }
+  float m = score;
+  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
+  const float e = valid ? __expf(score - m) : 0.0f;  // score - m <= 0: the fast exp is safe
+  float l = e;
+  for (int off = 16; off > 0; off /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, off));
+  float acc[kMaxDimPerLane];
+#pragma unroll
+  for (int i = 0; i < kMaxDimPerLane; ++i) acc[i] = 0.0f;
+  for (int j = 0; j < 32; ++j) {
+    const float ej = __shfl_sync(0xffffffffu, e, j);
+    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
+    if (split * kKeysPerSplit + warp * 32 + j >= n_keys) break;  // uniform over the warp
+    const float* vr = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
+#pragma unroll
+    for (int i = 0; i < kMaxDimPerLane; ++i) {
+      const int d = lane + 32 * i;
+      if (d < p.head_dim_v) acc[i] = __fmaf_rn(ej, vr[d], acc[i]);
+    }
+  }
+
+  __shared__ float warp_m[kWarps], warp_l[kWarps];
+  __shared__ float warp_acc[kWarps][kMaxDimPerLane * 32];
+  if (lane == 0) warp_m[warp] = m, warp_l[warp] = l;
+#pragma unroll
+  for (int i = 0; i < kMaxDimPerLane; ++i) warp_acc[warp][lane + 32 * i] = acc[i];
+  __syncthreads();
+  float m_all = -FLT_MAX;
+  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
+  float l_all = 0.0f;
+  for (int w = 0; w < kWarps; ++w) {
+    if (warp_l[w] > 0.0f) l_all = __fmaf_rn(warp_l[w], __expf(warp_m[w] - m_all), l_all);
+  }
+  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    float o = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      if (warp_l[w] > 0.0f) o = __fmaf_rn(warp_acc[w][d], __expf(warp_m[w] - m_all), o);
+    }
+    partial[2 + d] = o;
+  }
+  if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
+}
+
+__global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
+  const int head = blockIdx.x, row = blockIdx.y;
+  const int partial_width = 2 + p.head_dim_v;
+  const float* partial =
+      p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
+  float m_all = -FLT_MAX;
+  for (int s = 0; s < n_splits; ++s) {
+    if (partial[s * partial_width + 1] > 0.0f) m_all = fmaxf(m_all, partial[s * partial_width]);
+  }
+  float l_all = 0.0f;
+  for (int s = 0; s < n_splits; ++s) {
+    const float* ps = partial + s * partial_width;
+    if (ps[1] > 0.0f) l_all = __fmaf_rn(ps[1], __expf(ps[0] - m_all), l_all);
+  }
+  float* out = p.out + static_cast<int64_t>(row) * p.n_head * p.head_dim_v + head * p.head_dim_v;
+  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    float o = 0.0f;
+    for (int s = 0; s < n_splits; ++s) {
+      const float* ps = partial + s * partial_width;
+      if (ps[1] > 0.0f) o = __fmaf_rn(ps[2 + d], __expf(ps[0] - m_all), o);
+    }
+    out[d] = __fdiv_rn(o, l_all);
+  }
+}
+
+// A thread per element of a slot per layer; each walks the moves in order, so a move never
+// reads a slot that an earlier move of the same element has overwritten out of turn.
+__global__ void commit_kv_kernel(float* k, float* v, int64_t k_stride, int64_t v_stride,
+                                 int k_width, int v_width, const int32_t* from, const int32_t* to,
+                                 int n_moves) {
+  const int layer = blockIdx.y;
+  const int e = blockIdx.x * blockDim.x + threadIdx.x;
+  if (e < k_width) {
+    float* base = k + layer * k_stride;
+    for (int j = 0; j < n_moves; ++j) {
+      base[static_cast<int64_t>(to[j]) * k_width + e] =
+          base[static_cast<int64_t>(from[j]) * k_width + e];
+    }
+  }
+  if (e < v_width) {
+    float* base = v + layer * v_stride;
+    for (int j = 0; j < n_moves; ++j) {
+      base[static_cast<int64_t>(to[j]) * v_width + e] =
+          base[static_cast<int64_t>(from[j]) * v_width + e];
+    }
+  }
+}
+
+}  // namespace
+
+void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, const float* v,
+              cudaStream_t stream) {
+  if (batch.n_rows > 0) store_kv_kernel<<<batch.n_rows, 128, 0, stream>>>(batch, kv, k, v);
+}
+
+int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
+
+void attention(const AttentionParams& p, cudaStream_t stream) {
+  if (p.batch.n_rows == 0) return;
+  const int n_splits = attention_splits(p.kv.capacity);
+  const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
+  attention_split_kernel<<<grid, kWarps * 32, p.batch.n_rows * sizeof(int32_t), stream>>>(p);
+  attention_combine_kernel<<<dim3(p.n_head, p.batch.n_rows), 128, 0, stream>>>(p, n_splits);
+}
+
+void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
+               int k_width, int v_width, const int32_t* from, const int32_t* to, int n_moves,
+               cudaStream_t stream) {
+  if (n_moves == 0) return;
+  const int width = k_width > v_width ? k_width : v_width;
+  const dim3 grid((width + 127) / 128, n_layer);
+  commit_kv_kernel<<<grid, 128, 0, stream>>>(k, v, k_layer_stride, v_layer_stride, k_width, v_width,
+                                             from, to, n_moves);
+}
+
+}  // namespace salvo::cuda

@@ -1,0 +1,380 @@
+// CudaModel: the llama / qwen2 forward pass on the GPU. The weights of the loaded CPU model are
+// uploaded once in their GGUF formats; activations are float32 on the device; K/V rows live in
+// a device cache attached to the caller's KvCache as its mirror, so the session's commit() and
+// truncate() keep working unchanged. A pass is one stream of kernel launches, captured as a CUDA
+// graph per (rows, logit rows, cache) shape and replayed; the host waits once, for the logits.
+#include <cuda_runtime.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/kernels.h"
+#include "models/llama.h"
+
+namespace salvo::cuda {
+namespace {
+
+struct DeviceLinear {
+  MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
+};
+
+struct DeviceLayer {
+  const float* attn_norm = nullptr;
+  DeviceLinear wq, wk, wv, wo;
+  const float* ffn_norm = nullptr;
+  DeviceLinear ffn_gate, ffn_up, ffn_down;
+};
+
+// The device rows of one KvCache: [n_layer][n_seq][capacity][width] floats for K and for V.
+class DeviceKvCache : public KvCacheMirror {
+ public:
+  DeviceKvCache(const void* owner, const ModelConfig& c, int n_seq, int capacity)
+      : owner_(owner),
+        n_layer_(c.n_layer),
+        n_seq_(n_seq),
+        capacity_(capacity),
+        k_width_(c.kv_width()),
+        v_width_(c.v_width()) {}
+
+  Status allocate() {
+    const size_t slots = static_cast<size_t>(n_layer_) * n_seq_ * capacity_;
+    SALVO_RETURN_IF_ERROR(k_.reserve(slots * k_width_ * sizeof(float)));
+    SALVO_RETURN_IF_ERROR(v_.reserve(slots * v_width_ * sizeof(float)));
+    return moves_.reserve(2 * static_cast<size_t>(capacity_) * sizeof(int32_t));
+  }
+
+  const void* owner() const { return owner_; }
+  KvLayerView layer(int il) const {
+    const size_t layer_slots = static_cast<size_t>(n_seq_) * capacity_;
+    return {.k = k_.get<float>() + il * layer_slots * k_width_,
+            .v = v_.get<float>() + il * layer_slots * v_width_,
+            .capacity = capacity_,
+            .k_width = k_width_,
+            .v_width = v_width_};
+  }
+
+  void commit(int seq, int base, std::span<const int32_t> accepted) override {
+    std::vector<int32_t> moves;  // [from..., to...]
+    std::vector<int32_t> to;
+    for (size_t j = 0; j < accepted.size(); ++j) {
+      const int32_t from_slot = base + accepted[j], to_slot = base + static_cast<int32_t>(j);
+      if (from_slot == to_slot) continue;
+      moves.push_back(from_slot);
+      to.push_back(to_slot);
+    }
+    if (moves.empty()) return;
+    const int n = static_cast<int>(to.size());
+    moves.insert(moves.end(), to.begin(), to.end());
+    // The legacy default stream orders this after the model's passes and before the next.
+    SALVO_CUDA_CHECK(cudaMemcpy(moves_.get(), moves.data(), moves.size() * sizeof(int32_t),
+                                cudaMemcpyHostToDevice));
+    const size_t layer_slots = static_cast<size_t>(n_seq_) * capacity_;
+    commit_kv(k_.get<float>() + seq * static_cast<size_t>(capacity_) * k_width_,
+              v_.get<float>() + seq * static_cast<size_t>(capacity_) * v_width_,
+              static_cast<int64_t>(layer_slots * k_width_),
+              static_cast<int64_t>(layer_slots * v_width_), n_layer_, k_width_, v_width_,
+              moves_.get<int32_t>(), moves_.get<int32_t>() + n, n, /*stream=*/0);
+    SALVO_CUDA_CHECK(cudaGetLastError());
+  }
+
+ private:
+  const void* owner_;
+  int n_layer_, n_seq_, capacity_, k_width_, v_width_;
+  DeviceBuffer k_, v_, moves_;
+};
+
+class CudaModel : public Model {
+ public:
+  const char* backend_name() const override { return "cuda"; }
+
+  static Expected<std::unique_ptr<Model>> create(std::unique_ptr<Model> cpu_model) {
+    const auto* llama = dynamic_cast<const LlamaModel*>(cpu_model.get());
+    if (llama == nullptr) {
+      return Status::error("architecture '" + cpu_model->config().arch +
+                           "' has no CUDA forward pass yet (supported on CUDA: llama, qwen2)");
+    }
+    std::unique_ptr<CudaModel> m(new CudaModel());
+    m->share_file_and_config(*cpu_model);
+    SALVO_RETURN_IF_ERROR(m->upload(*llama));
+    m->use_graphs_ = std::getenv("SALVO_CUDA_GRAPHS") == nullptr ||
+                     std::string(std::getenv("SALVO_CUDA_GRAPHS")) != "0";
+    return std::unique_ptr<Model>(std::move(m));
+  }
+
+  ~CudaModel() override {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+ protected:
+  void forward_layers(ThreadPool&, const TokenBatch& batch, KvCache& kv,
+                      std::vector<float>& logits) override {
+    const int n = batch.size();
+    const int n_logits = batch.n_logit_rows();
+    DeviceKvCache* dev_kv = attach_cache(kv);
+    if (prepare_scratch(n, n_logits, kv.n_seq(), kv.capacity())) clear_graphs();
+    upload_batch(batch, kv);
+
+    if (use_graphs_) {
+      const auto key = std::make_tuple(n, n_logits, static_cast<const void*>(dev_kv));
+      auto it = graphs_.find(key);
+      if (it == graphs_.end()) {
+        cudaGraph_t graph;
+        SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv);
+        SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        cudaGraphExec_t exec;
+        SALVO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
+        cudaGraphDestroy(graph);
+        it = graphs_.emplace(key, exec).first;
+      }
+      SALVO_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
+    } else {
+      enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv);
+    }
+    const size_t n_out = static_cast<size_t>(n_logits) * config_.n_vocab;
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), n_out * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    logits.resize(n_out);
+    std::memcpy(logits.data(), logits_host_.get(), n_out * sizeof(float));
+  }
+
+ private:
+  CudaModel() = default;
+
+  Status upload_tensor(const void* host, size_t bytes, const void** device) {
+    DeviceBuffer& buf = weights_.emplace_back();
+    SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
+    SALVO_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "weight upload"));
+    *device = buf.get();
+    return Status();
+  }
+
+  Status upload_vector(const float* host, int64_t n, const float** device) {
+    const void* d = nullptr;
+    SALVO_RETURN_IF_ERROR(upload_tensor(host, n * sizeof(float), &d));
+    *device = static_cast<const float*>(d);
+    return Status();
+  }
+
+  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+    if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
+      return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
+                           std::to_string(w.n_in) + " columns has no CUDA kernel");
+    }
+    MatmulParams& p = out->shape;
+    p.type = w.type;
+    p.n_out = w.n_out;
+    p.n_in = w.n_in;
+    SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
+    if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
+    return Status();
+  }
+
+  Status upload(const LlamaModel& cpu) {
+    const ModelConfig& c = config_;
+    if (c.head_dim > 256 || c.head_dim_v > 256) {
+      return Status::error("head size " + std::to_string(c.head_dim) +
+                           " exceeds the CUDA attention kernel's 256");
+    }
+    SALVO_RETURN_IF_ERROR(check_available());
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    SALVO_RETURN_IF_ERROR(upload_matrix(cpu.token_embd(), nullptr, &token_embd_));
+    if (cpu.output().data == cpu.token_embd().data) {
+      output_ = token_embd_;
+    } else {
+      SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_));
+    }
+    SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
+    for (const LlamaLayer& l : cpu.layers()) {
+      DeviceLayer& d = layers_.emplace_back();
+      SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, c.n_embd, &d.attn_norm));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.wq.weight, l.wq.bias, &d.wq));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.wk.weight, l.wk.bias, &d.wk));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.wv.weight, l.wv.bias, &d.wv));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.wo.weight, l.wo.bias, &d.wo));
+      SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, c.n_embd, &d.ffn_norm));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up));
+      SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down));
+    }
+    return Status();
+  }
+
+  DeviceKvCache* attach_cache(KvCache& kv) {
+    auto* dev = dynamic_cast<DeviceKvCache*>(kv.mirror());
+    if (dev == nullptr || dev->owner() != this) {
+      auto fresh = std::make_unique<DeviceKvCache>(this, config_, kv.n_seq(), kv.capacity());
+      const Status st = fresh->allocate();
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+      dev = fresh.get();
+      kv.set_mirror(std::move(fresh));
+      clear_graphs();  // a graph holds the old cache's pointers (and may hold a reused address)
+    }
+    return dev;
+  }
+
+  // Sizes the activation buffers; true when any moved (the captured graphs are then stale).
+  bool prepare_scratch(int n, int n_logits, int n_seq, int capacity) {
+    const ModelConfig& c = config_;
+    const size_t rows = static_cast<size_t>(n);
+    const size_t f = sizeof(float);
+    bool moved = false;
+    auto grow = [&](auto& buf, size_t bytes) {
+      const void* before = buf.get();
+      const Status st = buf.reserve(bytes);
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+      moved |= buf.get() != before;
+    };
+    grow(x_, rows * c.n_embd * f);
+    grow(h_, rows * c.n_embd * f);
+    grow(q_, rows * c.q_width() * f);
+    grow(k_, rows * c.kv_width() * f);
+    grow(v_, rows * c.v_width() * f);
+    grow(attn_, rows * c.n_head * c.head_dim_v * f);
+    grow(gate_, rows * c.n_ff * f);
+    grow(up_, rows * c.n_ff * f);
+    grow(attn_partial_, rows * c.n_head * attention_splits(capacity) * (2 + c.head_dim_v) * f);
+    grow(logit_rows_, static_cast<size_t>(n_logits) * c.n_embd * f);
+    grow(logits_, static_cast<size_t>(n_logits) * c.n_vocab * f);
+    grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);
+    // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
+    grow(meta_, (6 * rows + n_seq) * sizeof(int32_t));
+    grow(meta_host_, (6 * rows + n_seq) * sizeof(int32_t));
+    return moved;
+  }
+
+  void upload_batch(const TokenBatch& batch, const KvCache& kv) {
+    const int n = batch.size();
+    int32_t* m = meta_host_.get<int32_t>();
+    std::memcpy(m, batch.tokens.data(), n * sizeof(int32_t));
+    std::memcpy(m + n, batch.positions.data(), n * sizeof(int32_t));
+    std::memcpy(m + 2 * n, batch.seq_ids.data(), n * sizeof(int32_t));
+    std::vector<int32_t> rows_in_seq(kv.n_seq(), 0);
+    int n_logits = 0;
+    for (int r = 0; r < n; ++r) {
+      const int seq = batch.seq_ids[r];
+      m[3 * n + r] = kv.committed(seq) + rows_in_seq[seq]++;  // slot behind the committed rows
+      m[4 * n + r] = batch.subtree_end[r];
+      if (batch.want_logits[r]) m[5 * n + n_logits++] = r;
+    }
+    for (int s = 0; s < kv.n_seq(); ++s) m[6 * n + s] = kv.committed(s);
+    // The layout is fixed by n (and n_seq), so a captured graph's pointers stay valid.
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), m, (6 * n + kv.n_seq()) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+  }
+
+  void linear(const DeviceLinear& l, const float* x, int n, float* y) {
+    MatmulParams p = l.shape;
+    p.x = x;
+    p.n_rows = n;
+    p.y = y;
+    matmul(p, stream_);
+  }
+
+  // Every kernel of one pass, on stream_ (captured into a graph or run directly).
+  void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv) {
+    const ModelConfig& c = config_;
+    const int32_t* meta = meta_.get<int32_t>();
+    const int32_t* tokens = meta;
+    const int32_t* positions = meta + n;
+    const BatchView bv{.n_rows = n,
+                       .seq = meta + 2 * n,
+                       .pos = positions,
+                       .slot = meta + 3 * n,
+                       .subtree_end = meta + 4 * n,
+                       .committed = meta + 6 * n};
+    const int32_t* logit_rows = meta + 5 * n;
+    float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
+          *v = v_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
+          *up = up_.get<float>();
+    const int64_t ne = static_cast<int64_t>(n) * c.n_embd;
+
+    embed(token_embd_.shape.type, token_embd_.shape.w, c.n_embd, tokens, n, x, stream_);
+    for (int il = 0; il < c.n_layer; ++il) {
+      const DeviceLayer& l = layers_[il];
+      const KvLayerView kvl = dev_kv.layer(il);
+      // Attention block. h holds the previous block's output: its residual add is fused here.
+      if (il == 0) {
+        rms_norm(x, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      } else {
+        add_rms_norm(x, h, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      }
+      linear(l.wq, h, n, q);  // [n, n_head * head_dim]
+      linear(l.wk, h, n, k);  // [n, n_head_kv * head_dim]
+      linear(l.wv, h, n, v);
+      rope(q, positions, n, c.n_head, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
+      rope(k, positions, n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
+      store_kv(bv, kvl, k, v, stream_);
+      attention({.batch = bv,
+                 .kv = kvl,
+                 .q = q,
+                 .out = attn,
+                 .n_head = c.n_head,
+                 .n_head_kv = c.n_head_kv,
+                 .head_dim = c.head_dim,
+                 .head_dim_v = c.head_dim_v,
+                 .scale = c.attn_scale,
+                 .window = 0,
+                 .partial = attn_partial_.get<float>()},
+                stream_);
+      linear(l.wo, attn, n, h);
+      // Feed-forward block (SwiGLU), after x += h.
+      add_rms_norm(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, stream_);
+      linear(l.ffn_gate, h, n, gate);
+      linear(l.ffn_up, h, n, up);
+      silu_mul(gate, up, static_cast<int64_t>(n) * c.n_ff, stream_);
+      linear(l.ffn_down, gate, n, h);
+    }
+    add(x, h, ne, stream_);  // the last block's residual
+    // Only the rows whose logits are read go through the LM head.
+    float* lr = logit_rows_.get<float>();
+    gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
+    rms_norm(lr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, stream_);
+    linear(output_, lr, n_logits, logits_.get<float>());
+    SALVO_CUDA_CHECK(cudaGetLastError());
+    (void)n_seq;
+  }
+
+  void clear_graphs() {
+    for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
+    graphs_.clear();
+  }
+
+  cudaStream_t stream_ = nullptr;
+  std::vector<DeviceBuffer> weights_;
+  DeviceLinear token_embd_, output_;
+  const float* output_norm_ = nullptr;
+  std::vector<DeviceLayer> layers_;
+  DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
+  PinnedBuffer logits_host_, meta_host_;
+  bool use_graphs_ = true;
+  std::map<std::tuple<int, int, const void*>, cudaGraphExec_t> graphs_;
+};
+
+}  // namespace
+
+Status check_available() {
+  int n = 0;
+  const cudaError_t err = cudaGetDeviceCount(&n);
+  if (err != cudaSuccess || n == 0) {
+    return Status::error(std::string("no usable CUDA device (") +
+                         (err != cudaSuccess ? cudaGetErrorString(err) : "none found") +
+                         "); use --device cpu");
+  }
+  return Status();
+}
+
+Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model) {
+  return CudaModel::create(std::move(cpu_model));
+}
+
+}  // namespace salvo::cuda

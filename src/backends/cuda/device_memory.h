@@ -1,0 +1,87 @@
+// Owning handles of device and pinned host memory, and the CUDA error checks of the backend.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "util/check.h"
+#include "util/status.h"
+
+namespace salvo::cuda {
+
+inline Status cuda_status(cudaError_t err, const char* what) {
+  if (err == cudaSuccess) return Status();
+  return Status::error(std::string("CUDA: ") + what + ": " + cudaGetErrorString(err));
+}
+
+// A failing CUDA call inside a forward pass means the device is gone or a kernel is broken:
+// an internal invariant, not bad input, so it aborts with the CUDA message.
+#define SALVO_CUDA_CHECK(expr)                                                            \
+  do {                                                                                    \
+    const cudaError_t salvo_cuda_err_ = (expr);                                           \
+    SALVO_CHECK_MSG(salvo_cuda_err_ == cudaSuccess, cudaGetErrorString(salvo_cuda_err_)); \
+  } while (0)
+
+// Device memory; grows (without keeping the contents) through reserve().
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  Status reserve(size_t bytes) {
+    if (bytes <= bytes_) return Status();
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
+    bytes_ = bytes;
+    return Status();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+  size_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+// Page-locked host memory, so device-to-host copies run at full PCIe speed.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  Status reserve(size_t bytes) {
+    if (bytes <= bytes_) return Status();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaMallocHost(&ptr_, bytes), "cudaMallocHost"));
+    bytes_ = bytes;
+    return Status();
+  }
+  template <typename T = void>
+  T* get() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
+}  // namespace salvo::cuda

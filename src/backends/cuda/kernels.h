@@ -1,0 +1,103 @@
+// Host entry points of the CUDA kernels. Each validates nothing itself (the callers own the
+// shapes: CudaModel checks them at load), fills a POD params struct and launches a template on
+// the given stream. Pointers are device pointers; activations are row-major float32
+// [n_rows, width], weights stay in their GGUF block formats.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "models/config.h"
+#include "quant/types.h"
+
+namespace salvo::cuda {
+
+// Rows of activations one matmul launch carries; larger batches (prefill) are cut into pieces
+// of this many rows, which gives every row the same arithmetic whatever the batch size.
+inline constexpr int kMatmulMaxRows = 64;
+
+struct MatmulParams {
+  DType type = DType::kF32;
+  const void* w = nullptr;  // [n_out rows of row_bytes(type, n_in)]
+  int64_t n_out = 0, n_in = 0;
+  const float* x = nullptr;  // [n_rows, n_in]
+  int64_t n_rows = 0;
+  float* y = nullptr;           // [n_rows, n_out]
+  const float* bias = nullptr;  // [n_out] or null
+};
+
+// True for the weight types the matmul and embedding kernels read.
+bool weight_type_supported(DType type);
+// y = x W^T (+ bias). Each weight chunk is read once per launch for all (up to 64) rows, and the
+// value of y[r, o] does not depend on how many rows share the launch (row invariance).
+void matmul(const MatmulParams& p, cudaStream_t stream);
+
+void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
+              cudaStream_t stream);
+// x += h; out = rms_norm(x) * w (out may alias h).
+void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                  float eps, cudaStream_t stream);
+void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
+          float base, RopeMode mode, cudaStream_t stream);
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream);
+void gelu_tanh_mul(float* gate, const float* up, int64_t n, cudaStream_t stream);
+void add(float* x, const float* y, int64_t n, cudaStream_t stream);  // x += y
+void scale(float* x, float s, int64_t n, cudaStream_t stream);
+// out[i] = dequantized row tokens[i] of table ([n_vocab, dim]): [n, dim].
+void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, int64_t n, float* out,
+           cudaStream_t stream);
+// out[j] = x[rows[j]]: [n, dim].
+void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float* out,
+                 cudaStream_t stream);
+// out[r] = index of the largest logit of row r (the lowest index on ties).
+void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream);
+
+// The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
+// committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].
+struct BatchView {
+  int n_rows = 0;
+  const int32_t* seq = nullptr;
+  const int32_t* pos = nullptr;
+  const int32_t* slot = nullptr;  // cache slot of the row's K/V (behind the committed ones)
+  const int32_t* subtree_end = nullptr;
+  const int32_t* committed = nullptr;  // [n_seq] committed rows per sequence
+};
+
+// One layer of the device KV cache: [n_seq][capacity][width] floats for K and for V.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int capacity = 0, k_width = 0, v_width = 0;
+};
+
+// Writes the batch rows' K ([n_rows, k_width]) and V into their slots.
+void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, const float* v,
+              cudaStream_t stream);
+
+struct AttentionParams {
+  BatchView batch;
+  KvLayerView kv;
+  const float* q = nullptr;  // [n_rows, n_head * head_dim], RoPE applied
+  float* out = nullptr;      // [n_rows, n_head * head_dim_v]
+  int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
+  float scale = 1.0f;
+  int window = 0;  // sliding window in positions; 0 = unlimited
+  // Scratch: [n_rows, n_head, attention_splits(kv.capacity), 2 + head_dim_v] floats.
+  float* partial = nullptr;
+};
+// Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
+// a row could see, so a captured graph stays valid as the context grows).
+int attention_splits(int capacity);
+// Softmax attention of every row over the committed rows of its sequence plus its ancestors in
+// the batch; heads up to 256 wide, head_dim a multiple of 4.
+void attention(const AttentionParams& p, cudaStream_t stream);
+
+// Moves slot from[j] to slot to[j] of one sequence, in order j = 0, 1, ... (from[j] >= to[j],
+// both increasing), in every layer: KvCache::commit on the device.
+// k, v: the cache base of the sequence in layer 0; layer_stride: floats between layers.
+void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
+               int k_width, int v_width, const int32_t* from, const int32_t* to, int n_moves,
+               cudaStream_t stream);
+
+}  // namespace salvo::cuda

@@ -1,0 +1,223 @@
+// Element-wise and per-row kernels: RMSNorm, RoPE, gated activations, residual add, embedding
+// lookup, row gather and argmax.
+#include <cfloat>
+
+#include "backends/cuda/dequant.cuh"
+#include "backends/cuda/kernels.h"
+
+namespace salvo::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
+
+// Sum over the block (kThreads threads); every thread gets the result.
+__device__ float block_sum(float v) {
+  __shared__ float partial[kThreads / 32];
+  for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
+  __syncthreads();
+  float total = 0.0f;
+#pragma unroll
+  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+  __syncthreads();  // partial may be reused by the caller's next block_sum
+  return total;
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int dim, float eps) {
+  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kThreads) ss += xr[i] * xr[i];
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
+}
+
+// x += h, then out = rms_norm(x) * w: the residual add fused into the next norm (one launch
+// instead of two per block). out may be h: every h[i] is read before the barrier in block_sum.
+__global__ void add_rms_norm_kernel(float* x, const float* h, const float* w, float* out, int dim,
+                                    float eps) {
+  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
+  const float* hr = h + static_cast<int64_t>(blockIdx.x) * dim;
+  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    const float v = xr[i] + hr[i];
+    xr[i] = v;
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
+}
+
+// One thread per (row, head, rotated pair).
+__global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, int n_heads,
+                            int head_dim, int n_rot, float theta_scale, bool neox) {
+  const int half = n_rot / 2;
+  const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= n_rows * n_heads * half) return;
+  const int i = static_cast<int>(idx % half);
+  const int64_t rh = idx / half;  // row * n_heads + head
+  const int64_t row = rh / n_heads;
+  // theta_i = pos * theta_scale^i by repeated multiplication, as the CPU (and ggml) does.
+  float theta = static_cast<float>(positions[row]);
+  for (int k = 0; k < i; ++k) theta *= theta_scale;
+  float s, c;
+  sincosf(theta, &s, &c);
+  float* v = x + rh * head_dim;
+  const int a = neox ? i : 2 * i;
+  const int b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = x0 * c - x1 * s;
+  v[b] = x0 * s + x1 * c;
+}
+
+__global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  const float g = gate[i];
+  gate[i] = g / (1.0f + expf(-g)) * up[i];
+}
+
+__global__ void gelu_tanh_mul_kernel(float* gate, const float* up, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= n) return;
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCoef = 0.044715f;
+  const float g = gate[i];
+  gate[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * up[i];
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void scale_kernel(float* x, float s, int64_t n) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i < n) x[i] *= s;
+}
+
+// One block per token; a thread per 16-element chunk of the row.
+template <DType T>
+__global__ void embed_kernel(const uint8_t* table, int64_t row_bytes, int64_t dim,
+                             const int32_t* tokens, float* out) {
+  const uint8_t* row = table + static_cast<int64_t>(tokens[blockIdx.x]) * row_bytes;
+  float* y = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int c = threadIdx.x; c < dim / 16; c += kThreads) {
+    float w[16];
+    int a, b;
+    load_chunk<T>(row, c, w, a, b);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+      y[a + i] = w[i];
+      y[b + i] = w[8 + i];
+    }
+  }
+}
+
+__global__ void gather_rows_kernel(const float* x, const int32_t* rows, int dim, float* out) {
+  const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * dim;
+  float* dst = out + static_cast<int64_t>(blockIdx.x) * dim;
+  for (int i = threadIdx.x; i < dim; i += kThreads) dst[i] = src[i];
+}
+
+__global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out) {
+  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+  float best = -FLT_MAX;
+  int best_i = n_vocab;  // beyond any index: loses every tie
+  for (int i = threadIdx.x; i < n_vocab; i += kThreads) {
+    if (row[i] > best) best = row[i], best_i = i;
+  }
+  for (int off = 16; off > 0; off /= 2) {
+    const float v = __shfl_xor_sync(0xffffffffu, best, off);
+    const int j = __shfl_xor_sync(0xffffffffu, best_i, off);
+    if (v > best || (v == best && j < best_i)) best = v, best_i = j;
+  }
+  __shared__ float vals[kThreads / 32];
+  __shared__ int idxs[kThreads / 32];
+  if (threadIdx.x % 32 == 0) vals[threadIdx.x / 32] = best, idxs[threadIdx.x / 32] = best_i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int k = 1; k < kThreads / 32; ++k) {
+      if (vals[k] > best || (vals[k] == best && idxs[k] < best_i)) best = vals[k], best_i = idxs[k];
+    }
+    out[blockIdx.x] = best_i;
+  }
+}
+
+struct EmbedLaunch {
+  const void* table;
+  int64_t dim;
+  const int32_t* tokens;
+  int64_t n;
+  float* out;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() const {
+    const int64_t row_bytes = dim / ChunkTraits<T>::kChunks / 16 * ChunkTraits<T>::kBlockBytes;
+    embed_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
+        static_cast<const uint8_t*>(table), row_bytes, dim, tokens, out);
+  }
+};
+
+}  // namespace
+
+void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
+              cudaStream_t stream) {
+  if (n_rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, w, out, dim, eps);
+}
+
+void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                  float eps, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, w, out, dim,
+                                                                              eps);
+}
+
+void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
+          float base, RopeMode mode, cudaStream_t stream) {
+  const int64_t n = n_rows * n_heads * (n_rot / 2);
+  if (n == 0) return;
+  const float theta_scale = powf(base, -2.0f / static_cast<float>(n_rot));
+  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+      x, positions, n_rows, n_heads, head_dim, n_rot, theta_scale, mode == RopeMode::kRopeNeox);
+}
+
+void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+  if (n > 0) silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
+}
+
+void gelu_tanh_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
+  if (n > 0) gelu_tanh_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
+}
+
+void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
+  if (n > 0) add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+}
+
+void scale(float* x, float s, int64_t n, cudaStream_t stream) {
+  if (n > 0) scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
+}
+
+void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, int64_t n, float* out,
+           cudaStream_t stream) {
+  if (n == 0) return;
+  dispatch_weight_type(type, EmbedLaunch{table, dim, tokens, n, out, stream});
+}
+
+void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float* out,
+                 cudaStream_t stream) {
+  if (n > 0)
+    gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, rows, dim, out);
+}
+
+void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream) {
+  if (n_rows > 0) {
+    argmax_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, n_vocab, out);
+  }
+}
+
+}  // namespace salvo::cuda

@@ -1,0 +1,431 @@
+// Every CUDA op against the CPU reference (tier 2 of the house test plan): quantized matmul for
+// each weight type against the reference dequantization and a double-precision dot product,
+// the element-wise and per-row ops against src/ops, attention with the tree mask against
+// ops::attention over the same cache, KV commit against KvCache::commit. Needs a GPU: registered
+// only with -DSALVO_CUDA_TESTS=ON (label cuda).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backends/cpu/matmul.h"
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
+#include "models/layers.h"
+#include "ops/ops.h"
+#include "quant/fp16.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+namespace {
+
+// Normalised mean squared error of `got` against `want`.
+double nmse(const std::vector<float>& got, const std::vector<float>& want) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    ref += static_cast<double>(want[i]) * want[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+// A device copy of a host vector, freed at scope end.
+template <typename T>
+struct Dev {
+  T* ptr = nullptr;
+  size_t n = 0;
+  explicit Dev(const std::vector<T>& host) : n(host.size()) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(ptr, host.data(), n * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit Dev(size_t count) : n(count) {
+    EXPECT_EQ(cudaMalloc(&ptr, std::max<size_t>(1, n) * sizeof(T)), cudaSuccess);
+  }
+  ~Dev() { cudaFree(ptr); }
+  std::vector<T> host() const {
+    std::vector<T> out(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(out.data(), ptr, n * sizeof(T), cudaMemcpyDeviceToHost), cudaSuccess);
+    return out;
+  }
+};
+
+std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+void put_f16(std::vector<uint8_t>& bytes, size_t at, float value) {
+  const uint16_t h = fp32_to_fp16(value);
+  std::memcpy(&bytes[at], &h, 2);
+}
+
+// Random blocks of `type` for [n_out, n_in] with scales that keep the values O(1).
+std::vector<uint8_t> random_weights(DType type, int64_t n_out, int64_t n_in, uint32_t seed) {
+  std::mt19937 rng(seed);
+  if (type == DType::kF32) {
+    auto f = random_floats(n_out * n_in, seed);
+    std::vector<uint8_t> bytes(f.size() * 4);
+    std::memcpy(bytes.data(), f.data(), bytes.size());
+    return bytes;
+  }
+  if (type == DType::kF16 || type == DType::kBF16) {
+    auto f = random_floats(n_out * n_in, seed);
+    std::vector<uint8_t> bytes(f.size() * 2);
+    for (size_t i = 0; i < f.size(); ++i) {
+      const uint16_t h = type == DType::kF16 ? fp32_to_fp16(f[i]) : fp32_to_bits(f[i]) >> 16;
+      std::memcpy(&bytes[2 * i], &h, 2);
+    }
+    return bytes;
+  }
+  const DTypeTraits& t = traits(type);
+  const size_t n_blocks = n_out * n_in / t.block_size;
+  std::vector<uint8_t> bytes(n_blocks * t.block_bytes);
+  for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+  std::uniform_real_distribution<float> d(0.01f, 0.1f);
+  for (size_t i = 0; i < n_blocks; ++i) {
+    const size_t at = i * t.block_bytes;
+    if (type == DType::kQ6_K) {
+      put_f16(bytes, at + 208, d(rng) * 0.01f);
+    } else {
+      put_f16(bytes, at, d(rng));  // d of every other format is the first field
+      if (type == DType::kQ4_1 || type == DType::kQ4_K || type == DType::kQ5_K) {
+        put_f16(bytes, at + 2, d(rng));  // m / dmin
+      }
+    }
+  }
+  return bytes;
+}
+
+constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
+                                  DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
+                                  DType::kQ5_K, DType::kQ6_K};
+
+class CudaOps : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const Status st = cuda::check_available();
+    ASSERT_TRUE(st.ok()) << st.message();
+  }
+};
+
+TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
+  const int64_t n_in = 512, n_out = 96;
+  for (DType type : kWeightTypes) {
+    SCOPED_TRACE(std::string(traits(type).name));
+    const auto w = random_weights(type, n_out, n_in, 7);
+    std::vector<float> wf(n_out * n_in);
+    for (int64_t o = 0; o < n_out; ++o) {
+      dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
+    }
+    const std::vector<float> bias = random_floats(n_out, 3);
+    Dev<uint8_t> dw(w);
+    Dev<float> dbias(bias);
+    for (int n_rows : {1, 2, 5, 16, 33, 64, 100}) {
+      SCOPED_TRACE(n_rows);
+      const auto x = random_floats(n_rows * n_in, 11);
+      Dev<float> dx(x), dy(n_rows * n_out);
+      cuda::matmul({.type = type,
+                    .w = dw.ptr,
+                    .n_out = n_out,
+                    .n_in = n_in,
+                    .x = dx.ptr,
+                    .n_rows = n_rows,
+                    .y = dy.ptr,
+                    .bias = dbias.ptr},
+                   nullptr);
+      const auto y = dy.host();
+      std::vector<float> want(n_rows * n_out);
+      for (int r = 0; r < n_rows; ++r) {
+        for (int64_t o = 0; o < n_out; ++o) {
+          double s = bias[o];
+          for (int64_t i = 0; i < n_in; ++i)
+            s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
+          want[r * n_out + o] = static_cast<float>(s);
+        }
+      }
+      EXPECT_LT(nmse(y, want), 1e-10);
+      // Row invariance: every row is bit-identical to a launch holding that row alone.
+      Dev<float> dy1(n_out);
+      for (int r = 0; r < n_rows; ++r) {
+        cuda::matmul({.type = type,
+                      .w = dw.ptr,
+                      .n_out = n_out,
+                      .n_in = n_in,
+                      .x = dx.ptr + r * n_in,
+                      .n_rows = 1,
+                      .y = dy1.ptr,
+                      .bias = dbias.ptr},
+                     nullptr);
+        const auto y1 = dy1.host();
+        ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, EmbedEveryType) {
+  const int64_t dim = 512, n_vocab = 40;
+  const std::vector<int32_t> tokens = {3, 0, 39, 17, 3};
+  for (DType type : kWeightTypes) {
+    SCOPED_TRACE(std::string(traits(type).name));
+    const auto table = random_weights(type, n_vocab, dim, 5);
+    WeightView view{.type = type, .data = table.data(), .n_out = n_vocab, .n_in = dim};
+    std::vector<float> want(tokens.size() * dim);
+    ops::embed(view, tokens.data(), tokens.size(), want.data());
+    Dev<uint8_t> dt(table);
+    Dev<int32_t> dtok(tokens);
+    Dev<float> out(tokens.size() * dim);
+    cuda::embed(type, dt.ptr, dim, dtok.ptr, tokens.size(), out.ptr, nullptr);
+    EXPECT_EQ(out.host(), want);  // dequantization is exact float arithmetic on both sides
+  }
+}
+
+TEST_F(CudaOps, RmsNormActivationsAddScaleGather) {
+  const int rows = 7, dim = 896;
+  const auto x = random_floats(rows * dim, 1, 3.0f), w = random_floats(dim, 2);
+  std::vector<float> want(rows * dim);
+  ops::rms_norm(x.data(), w.data(), want.data(), rows, dim, 1e-6f);
+  Dev<float> dx(x), dw(w), dy(rows * dim);
+  cuda::rms_norm(dx.ptr, dw.ptr, dy.ptr, rows, dim, 1e-6f, nullptr);
+  EXPECT_LT(nmse(dy.host(), want), 1e-12);
+
+  // The fused residual add + norm, with out aliasing h as the model uses it.
+  const auto resid = random_floats(rows * dim, 6);
+  std::vector<float> want_x = x, want_h(rows * dim);
+  ops::add(want_x.data(), resid.data(), want_x.size());
+  ops::rms_norm(want_x.data(), w.data(), want_h.data(), rows, dim, 1e-6f);
+  Dev<float> fx(x), fh(resid);
+  cuda::add_rms_norm(fx.ptr, fh.ptr, dw.ptr, fh.ptr, rows, dim, 1e-6f, nullptr);
+  EXPECT_EQ(fx.host(), want_x);
+  EXPECT_LT(nmse(fh.host(), want_h), 1e-12);
+
+  const auto g = random_floats(rows * dim, 3, 2.0f), u = random_floats(rows * dim, 4);
+  for (bool gelu : {false, true}) {
+    std::vector<float> want_g = g;
+    if (gelu) {
+      ops::gelu_tanh_mul(want_g.data(), u.data(), want_g.size());
+    } else {
+      ops::silu_mul(want_g.data(), u.data(), want_g.size());
+    }
+    Dev<float> dg(g), du(u);
+    if (gelu) {
+      cuda::gelu_tanh_mul(dg.ptr, du.ptr, g.size(), nullptr);
+    } else {
+      cuda::silu_mul(dg.ptr, du.ptr, g.size(), nullptr);
+    }
+    EXPECT_LT(nmse(dg.host(), want_g), 1e-12) << (gelu ? "gelu" : "silu");
+  }
+
+  std::vector<float> sum = g;
+  ops::add(sum.data(), u.data(), sum.size());
+  ops::scale(sum.data(), 0.5f, sum.size());
+  Dev<float> ds(g), du(u);
+  cuda::add(ds.ptr, du.ptr, g.size(), nullptr);
+  cuda::scale(ds.ptr, 0.5f, g.size(), nullptr);
+  EXPECT_EQ(ds.host(), sum);
+
+  const std::vector<int32_t> rows_wanted = {6, 0, 3};
+  Dev<int32_t> drows(rows_wanted);
+  Dev<float> gathered(rows_wanted.size() * dim);
+  cuda::gather_rows(dx.ptr, drows.ptr, rows_wanted.size(), dim, gathered.ptr, nullptr);
+  const auto got = gathered.host();
+  for (size_t j = 0; j < rows_wanted.size(); ++j) {
+    EXPECT_TRUE(std::equal(got.begin() + j * dim, got.begin() + (j + 1) * dim,
+                           x.begin() + rows_wanted[j] * dim));
+  }
+}
+
+TEST_F(CudaOps, RopeNormAndNeox) {
+  const int rows = 5, heads = 4, head_dim = 128;
+  const std::vector<int32_t> positions = {0, 1, 17, 4000, 31000};
+  for (RopeMode mode : {RopeMode::kRopeNorm, RopeMode::kRopeNeox}) {
+    for (int n_rot : {head_dim, 64}) {
+      auto want = random_floats(rows * heads * head_dim, 9);
+      Dev<float> dx(want);
+      Dev<int32_t> dpos(positions);
+      ops::rope(want.data(), positions.data(), rows, heads, head_dim, n_rot, 1e6f, mode);
+      cuda::rope(dx.ptr, dpos.ptr, rows, heads, head_dim, n_rot, 1e6f, mode, nullptr);
+      EXPECT_LT(nmse(dx.host(), want), 1e-10);
+    }
+  }
+}
+
+TEST_F(CudaOps, Argmax) {
+  const int rows = 3, vocab = 151936;
+  auto logits = random_floats(rows * vocab, 13);
+  logits[vocab + 5] = 100.0f;
+  logits[vocab + 9] = 100.0f;  // a tie: the lower index wins, as std::max_element picks
+  Dev<float> dl(logits);
+  Dev<int32_t> out(rows);
+  cuda::argmax(dl.ptr, rows, vocab, out.ptr, nullptr);
+  const auto got = out.host();
+  for (int r = 0; r < rows; ++r) {
+    const auto* row = logits.data() + static_cast<size_t>(r) * vocab;
+    EXPECT_EQ(got[r], std::max_element(row, row + vocab) - row);
+  }
+}
+
+// A two-sequence batch: sequence 0 verifies a tree (root, two children, a grandchild under the
+// first child); sequence 1 decodes one row. Both have committed rows in the cache.
+struct TreeFixture {
+  ModelConfig config;
+  TokenBatch batch;
+  TreeFixture() {
+    config.n_layer = 2;
+    config.n_head = 8;
+    config.n_head_kv = 2;
+    config.head_dim = config.head_dim_v = 128;
+    config.n_embd = 1024;
+    // seq 0: committed 600 rows (three key splits); rows 0 (root) -> 1 -> 2, 0 -> 3.
+    batch.tokens = {1, 2, 3, 4, 5};
+    batch.positions = {600, 601, 602, 601, 12};
+    batch.seq_ids = {0, 0, 0, 0, 1};
+    batch.parents = {-1, 0, 1, 0, -1};
+    batch.subtree_end = {3, 2, 2, 3, 4};
+    batch.want_logits = {1, 1, 1, 1, 1};
+  }
+};
+
+TEST_F(CudaOps, TreeAttentionMatchesCpu) {
+  TreeFixture f;
+  const ModelConfig& c = f.config;
+  const int capacity = 1024, layer = 1, n = f.batch.size();
+  for (int window : {0, 8, 300}) {
+    SCOPED_TRACE(window);
+    KvCache kv(c, 2, capacity);
+    kv.commit_prefix(0, 600);
+    kv.commit_prefix(1, 12);
+    // Fill every slot of both layers with known values (host and device copies agree).
+    const size_t layer_floats = 2ull * capacity * c.kv_width();
+    std::vector<float> k_all = random_floats(2 * layer_floats, 21);
+    std::vector<float> v_all = random_floats(2 * layer_floats, 22);
+    for (int l = 0; l < 2; ++l) {
+      for (int s = 0; s < 2; ++s) {
+        for (int slot = 0; slot < capacity; ++slot) {
+          const size_t at = ((l * 2 + s) * capacity + slot) * c.kv_width();
+          std::memcpy(kv.key(l, s, slot), &k_all[at], c.kv_width() * sizeof(float));
+          std::memcpy(kv.value(l, s, slot), &v_all[at], c.kv_width() * sizeof(float));
+        }
+      }
+    }
+    const auto q = random_floats(n * c.q_width(), 23);
+    const auto k_new = random_floats(n * c.kv_width(), 24);
+    const auto v_new = random_floats(n * c.kv_width(), 25);
+    ops::BatchLayout layout;
+    layout.build(f.batch, kv);
+    store_kv(kv, layer, f.batch, layout, k_new.data(), v_new.data());
+    std::vector<float> want(n * c.n_head * c.head_dim_v);
+    ThreadPool pool(2);
+    const float scale = 1.0f / std::sqrt(128.0f);
+    ops::attention(pool, {.batch = &f.batch,
+                          .layout = &layout,
+                          .kv = &kv,
+                          .layer = layer,
+                          .q = q.data(),
+                          .out = want.data(),
+                          .n_head = c.n_head,
+                          .n_head_kv = c.n_head_kv,
+                          .head_dim = c.head_dim,
+                          .head_dim_v = c.head_dim_v,
+                          .scale = scale,
+                          .window = window});
+
+    Dev<float> dk(k_all), dv(v_all), dq(q), dkn(k_new), dvn(v_new), dout(want.size());
+    Dev<float> partial(static_cast<size_t>(n) * c.n_head * cuda::attention_splits(capacity) *
+                       (2 + c.head_dim_v));
+    Dev<int32_t> seq(f.batch.seq_ids), pos(f.batch.positions), slot(layout.slot),
+        subtree_end(f.batch.subtree_end), committed(std::vector<int32_t>{600, 12});
+    const cuda::BatchView bv{.n_rows = n,
+                             .seq = seq.ptr,
+                             .pos = pos.ptr,
+                             .slot = slot.ptr,
+                             .subtree_end = subtree_end.ptr,
+                             .committed = committed.ptr};
+    const cuda::KvLayerView kvl{.k = dk.ptr + layer * layer_floats,
+                                .v = dv.ptr + layer * layer_floats,
+                                .capacity = capacity,
+                                .k_width = c.kv_width(),
+                                .v_width = c.v_width()};
+    cuda::store_kv(bv, kvl, dkn.ptr, dvn.ptr, nullptr);
+    cuda::attention({.batch = bv,
+                     .kv = kvl,
+                     .q = dq.ptr,
+                     .out = dout.ptr,
+                     .n_head = c.n_head,
+                     .n_head_kv = c.n_head_kv,
+                     .head_dim = c.head_dim,
+                     .head_dim_v = c.head_dim_v,
+                     .scale = scale,
+                     .window = window,
+                     .partial = partial.ptr},
+                    nullptr);
+    EXPECT_LT(nmse(dout.host(), want), 1e-10);
+
+    // KV commit: keep rows 0 and 3 of sequence 0 (the second branch) on both sides.
+    const std::vector<int32_t> accepted = {0, 3};
+    std::vector<int32_t> from, to;
+    for (size_t j = 0; j < accepted.size(); ++j) {
+      if (accepted[j] != static_cast<int32_t>(j)) {
+        from.push_back(600 + accepted[j]);
+        to.push_back(600 + static_cast<int32_t>(j));
+      }
+    }
+    kv.commit(0, accepted);
+    if (!from.empty()) {
+      Dev<int32_t> dfrom(from), dto(to);
+      cuda::commit_kv(dk.ptr, dv.ptr, layer_floats, layer_floats, 2, c.kv_width(), c.v_width(),
+                      dfrom.ptr, dto.ptr, static_cast<int>(from.size()), nullptr);
+      const auto k_after = dk.host();
+      for (int l = 0; l < 2; ++l) {
+        for (int s = 0; s < 603; ++s) {
+          const float* got = &k_after[(l * 2 * capacity + s) * c.kv_width()];
+          EXPECT_EQ(std::memcmp(got, kv.key(l, 0, s), c.kv_width() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(CudaOps, CommitMovesOverlappingSlotsInOrder) {
+  // Accepting suffix rows {1, 2, 4} moves 1->0, 2->1, 4->2: each move reads a slot that the
+  // previous move of the same sequence has just vacated or not yet touched.
+  ModelConfig c;
+  c.n_layer = 3;
+  c.n_head = c.n_head_kv = 1;
+  c.head_dim = c.head_dim_v = 64;
+  const int capacity = 8;
+  KvCache kv(c, 1, capacity);
+  const size_t layer_floats = capacity * 64;
+  const auto k_all = random_floats(3 * layer_floats, 31),
+             v_all = random_floats(3 * layer_floats, 32);
+  for (int l = 0; l < 3; ++l) {
+    for (int s = 0; s < capacity; ++s) {
+      std::memcpy(kv.key(l, 0, s), &k_all[l * layer_floats + s * 64], 64 * sizeof(float));
+      std::memcpy(kv.value(l, 0, s), &v_all[l * layer_floats + s * 64], 64 * sizeof(float));
+    }
+  }
+  const std::vector<int32_t> accepted = {1, 2, 4};
+  kv.commit(0, accepted);
+  Dev<float> dk(k_all), dv(v_all);
+  Dev<int32_t> from(std::vector<int32_t>{1, 2, 4}), to(std::vector<int32_t>{0, 1, 2});
+  cuda::commit_kv(dk.ptr, dv.ptr, layer_floats, layer_floats, 3, 64, 64, from.ptr, to.ptr, 3,
+                  nullptr);
+  const auto k = dk.host(), v = dv.host();
+  for (int l = 0; l < 3; ++l) {
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(std::memcmp(&k[l * layer_floats + s * 64], kv.key(l, 0, s), 256), 0);
+      EXPECT_EQ(std::memcmp(&v[l * layer_floats + s * 64], kv.value(l, 0, s), 256), 0);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace salvo
