@@ -4,7 +4,8 @@
 // decoding. The adaptive policy measures everything from the session's own passes:
 //   - the time of a pass by row count (an EMA per row count; unmeasured counts are interpolated,
 //     or extrapolated along the line from one row to the largest measured count);
-//   - the drafter's time per tree level;
+//   - the drafter's time per tree level (in steady state: the first drafted pass after plain
+//     ones, where a draft model catches up with the tokens it missed, does not count);
 //   - the acceptance rate at each depth (accepted / tested, with slow forgetting and a weak
 //     prior so that depths not tried lately get tried again);
 //   - the nodes a drafter actually proposes per level (an n-gram drafter often proposes fewer
@@ -75,6 +76,7 @@ class SpecPolicy {
   double draft_ms_per_level_ = 0;
   double nodes_per_level_ = 0;  // 0 = not measured
   double drafted_rate_ = 0;     // EMA of tokens per ms of drafted passes
+  bool previous_plain_ = true;  // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
   int probe_gap_ = kFirstProbe;
