@@ -98,6 +98,11 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
   // One plain pass first: every later decision compares against its cost.
   if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
+  if (drafting_ && ++drafted_since_plain_ > kPlainRefresh) {
+    // The one-row cost drifts (load, context length); every comparison depends on it.
+    drafted_since_plain_ = 0;
+    return {};
+  }
   if (!drafting_) {
     if (++plain_passes_since_probe_ < probe_gap_) return {};
     // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.

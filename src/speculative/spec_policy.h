@@ -62,11 +62,12 @@ class SpecPolicy {
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
-  static constexpr double kPriorRowCost =
-      0.08;                                 // extra cost per row, x one-row pass, until measured
+  // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
+  static constexpr double kPriorRowCost = 0.08;
   static constexpr double kMargin = 1.05;   // drafting must win by 5% to be kept
   static constexpr int kFirstProbe = 8;     // plain passes before the first re-probe
   static constexpr int kMaxProbeGap = 512;  // longest wait between probes
+  static constexpr int kPlainRefresh = 32;  // drafted passes between plain ones that re-measure
 
   DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
 
@@ -79,6 +80,7 @@ class SpecPolicy {
   bool previous_plain_ = true;  // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
+  int drafted_since_plain_ = 0;
   int probe_gap_ = kFirstProbe;
 };
 
