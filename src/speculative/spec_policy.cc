@@ -98,6 +98,11 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
   // One plain pass first: every later decision compares against its cost.
   if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
+  if (drafting_ && ++drafted_since_plain_ > kPlainRefresh) {
+    // The one-row cost drifts (load, context length); every comparison depends on it.
+    drafted_since_plain_ = 0;
+    return {};
+  }
   if (!drafting_) {
     if (++plain_passes_since_probe_ < probe_gap_) return {};
     // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
@@ -113,6 +118,8 @@ void SpecPolicy::record(const PassRecord& pass) {
     pass_ms_by_rows_.resize(pass.rows + 1, 0);
   }
   pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, kAlpha);
+  const bool after_plain = previous_plain_;
+  previous_plain_ = pass.rows == 1;
   if (pass.rows == 1) return;
 
   if (static_cast<int>(tested_.size()) < pass.tested) {
@@ -127,12 +134,20 @@ void SpecPolicy::record(const PassRecord& pass) {
     tested_[d] += 1;
     if (d < pass.accepted) accepted_[d] += 1;
   }
-  if (pass.tree_depth > 0) {
+  // The first drafted pass after plain ones includes the drafter catching up with every token
+  // it missed (a draft model's cache runs them all), which later passes do not pay: its draft
+  // time is replaced by the steady-state estimate (nothing, before one exists).
+  double draft_ms = pass.draft_ms;
+  if (after_plain) {
+    draft_ms = draft_ms_per_level_ * pass.tree_depth;
+  } else if (pass.tree_depth > 0) {
     draft_ms_per_level_ = ema(draft_ms_per_level_, pass.draft_ms / pass.tree_depth, kAlpha);
+  }
+  if (pass.tree_depth > 0) {
     nodes_per_level_ =
         ema(nodes_per_level_, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
   }
-  drafted_rate_ = ema(drafted_rate_, pass.tokens_emitted / (pass.pass_ms + pass.draft_ms), kAlpha);
+  drafted_rate_ = ema(drafted_rate_, pass.tokens_emitted / (pass.pass_ms + draft_ms), kAlpha);
   // Measured tokens per millisecond, drafted against plain.
   const bool pays = drafted_rate_ > kMargin * expected_rate({});
   if (pays && !drafting_) probe_gap_ = kFirstProbe;

@@ -4,7 +4,8 @@
 // decoding. The adaptive policy measures everything from the session's own passes:
 //   - the time of a pass by row count (an EMA per row count; unmeasured counts are interpolated,
 //     or extrapolated along the line from one row to the largest measured count);
-//   - the drafter's time per tree level;
+//   - the drafter's time per tree level (in steady state: the first drafted pass after plain
+//     ones, where a draft model catches up with the tokens it missed, does not count);
 //   - the acceptance rate at each depth (accepted / tested, with slow forgetting and a weak
 //     prior so that depths not tried lately get tried again);
 //   - the nodes a drafter actually proposes per level (an n-gram drafter often proposes fewer
@@ -61,11 +62,12 @@ class SpecPolicy {
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
-  static constexpr double kPriorRowCost =
-      0.08;                                 // extra cost per row, x one-row pass, until measured
+  // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
+  static constexpr double kPriorRowCost = 0.08;
   static constexpr double kMargin = 1.05;   // drafting must win by 5% to be kept
   static constexpr int kFirstProbe = 8;     // plain passes before the first re-probe
   static constexpr int kMaxProbeGap = 512;  // longest wait between probes
+  static constexpr int kPlainRefresh = 32;  // drafted passes between plain ones that re-measure
 
   DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
 
@@ -75,8 +77,10 @@ class SpecPolicy {
   double draft_ms_per_level_ = 0;
   double nodes_per_level_ = 0;  // 0 = not measured
   double drafted_rate_ = 0;     // EMA of tokens per ms of drafted passes
+  bool previous_plain_ = true;  // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
+  int drafted_since_plain_ = 0;
   int probe_gap_ = kFirstProbe;
 };
 

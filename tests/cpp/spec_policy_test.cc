@@ -146,5 +146,29 @@ TEST(SpecPolicyTest, AcceptanceOfUntriedDepthsFollowsTheLastMeasuredOne) {
   EXPECT_GT(policy.expected_tokens(4), policy.expected_tokens(1));
 }
 
+TEST(SpecPolicyTest, CatchUpAfterPlainPassesDoesNotCountAsDraftCost) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 10});
+  // The first drafted pass carries the draft model's prefill of the prompt (200 ms); steady
+  // state is 1 ms per level with every token accepted.
+  policy.record({.rows = 5,
+                 .pass_ms = 12,
+                 .draft_ms = 200,
+                 .tree_depth = 4,
+                 .accepted = 4,
+                 .tested = 4,
+                 .tokens_emitted = 5});
+  EXPECT_TRUE(policy.drafting());
+  policy.record({.rows = 5,
+                 .pass_ms = 12,
+                 .draft_ms = 4,
+                 .tree_depth = 4,
+                 .accepted = 4,
+                 .tested = 4,
+                 .tokens_emitted = 5});
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_GT(policy.expected_rate(policy.best_size(16, 8)), policy.expected_rate({}));
+}
+
 }  // namespace
 }  // namespace salvo
