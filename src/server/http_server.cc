@@ -46,6 +46,13 @@ ApiError status_error(int status, const std::string& message, const std::string&
   return ApiError{status, message, type, "", code};
 }
 
+// The error of a job that failed (job.error() is set).
+ApiError job_error(const Job& job) {
+  const int status = job.error_http_status();
+  return status_error(status, job.error()->message(),
+                      status >= 500 ? "server_error" : "invalid_request_error", "");
+}
+
 // Counts the requests whose responses are still being produced, so shutdown can wait for them.
 class InFlight {
  public:
@@ -76,6 +83,9 @@ struct HttpServer::Impl {
   void routes();
   bool parse_body(const httplib::Request& req, httplib::Response& res, Json& body);
   void generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  // The non-streaming response of a job that is still generating (see generate()).
+  void respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
+                         const ResponseHeader& header, Endpoint endpoint);
   void tokenize(const httplib::Request& req, httplib::Response& res);
   void detokenize(const httplib::Request& req, httplib::Response& res);
   bool check_ready(httplib::Response& res);
@@ -190,14 +200,22 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
   header.model = options.model_id;
 
   if (!parsed.stream) {
+    // A request that finishes quickly, or fails before it starts generating, gets a plain
+    // response with its own status. One that runs longer answers 200 once it has started and
+    // keeps probing the connection: the body is the JSON object after leading spaces (valid
+    // JSON), one space every 250 ms while the job runs, so a client that went away makes a
+    // write fail and its generation is cancelled, as with streaming. cpp-httplib 0.11 gives a
+    // plain handler no other way to notice a closed socket. Should a forward pass fail after
+    // that, the error object arrives in the body of the 200.
     std::string ignored;
-    while (!job->wait(ignored, std::chrono::milliseconds(200))) ignored.clear();
-    if (job->error()) {
-      return send_error(
-          res, status_error(
-                   job->error_http_status(), job->error()->message(),
-                   job->error_http_status() >= 500 ? "server_error" : "invalid_request_error", ""));
+    bool finished = false;
+    const auto plain_until = Clock::now() + std::chrono::milliseconds(250);
+    while (!(finished = job->wait(ignored, std::chrono::milliseconds(50))) &&
+           !(job->started() && Clock::now() >= plain_until)) {
+      ignored.clear();
     }
+    if (!finished) return respond_when_done(res, job, header, endpoint);
+    if (job->error()) return send_error(res, job_error(*job));
     return send_json(res, completion_response(endpoint, header, job->result()));
   }
 
@@ -230,10 +248,7 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
         }
         if (!finished) return true;
         if (job->error()) {
-          const int status = job->error_http_status();
-          write(sink, sse(error_body(status_error(
-                          status, job->error()->message(),
-                          status >= 500 ? "server_error" : "invalid_request_error", ""))));
+          write(sink, sse(error_body(job_error(*job))));
         } else {
           const GenerationResult& result = job->result();
           write(sink,
@@ -241,6 +256,35 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
           if (include_usage) write(sink, sse(usage_chunk(endpoint, header, result.stats)));
         }
         write(sink, "data: [DONE]\n\n");
+        sink.done();
+        return true;
+      },
+      [job, in_flight_counter](bool success) {
+        if (!success) job->cancel();
+        --*in_flight_counter;
+      });
+}
+
+void HttpServer::Impl::respond_when_done(httplib::Response& res, std::shared_ptr<Job> job,
+                                         const ResponseHeader& header, Endpoint endpoint) {
+  auto* in_flight_counter = &in_flight;
+  ++*in_flight_counter;  // until the releaser runs: the response outlives the handler
+  res.set_chunked_content_provider(
+      "application/json",
+      [job, header, endpoint](size_t, httplib::DataSink& sink) {
+        std::string ignored;
+        if (!job->wait(ignored, std::chrono::milliseconds(250))) {
+          if (!sink.is_writable() || !write(sink, " ")) {
+            job->cancel();
+            return false;
+          }
+          return true;
+        }
+        if (job->error()) {
+          write(sink, dump(error_body(job_error(*job))));
+        } else {
+          write(sink, dump(completion_response(endpoint, header, job->result())));
+        }
         sink.done();
         return true;
       },
@@ -406,8 +450,9 @@ void HttpServer::Impl::routes() {
 }
 
 void HttpServer::Impl::load() {
-  auto loaded_engine = Engine::load(options.model_path, {.threads = options.threads,
-                                                         .draft_model_path = options.draft_model_path});
+  auto loaded_engine =
+      Engine::load(options.model_path,
+                   {.threads = options.threads, .draft_model_path = options.draft_model_path});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;

@@ -120,6 +120,7 @@ void Scheduler::admit() {
       job->fail(started, 400);
       continue;
     }
+    job->mark_started();
     best->job = std::move(job);
   }
 }

@@ -41,12 +41,16 @@ class Job {
   // The client went away: the scheduler frees the slot before its next pass.
   void cancel() { cancelled_ = true; }
   bool cancelled() const { return cancelled_; }
+  // Whether a slot took the job and its request was valid (only a failed forward pass can end
+  // it with an error from here on).
+  bool started() const { return started_; }
   // After wait() returned true: the result, or the error (with an HTTP status).
   const GenerationResult& result() const { return result_; }
   const std::optional<Status>& error() const { return error_; }
   int error_http_status() const { return error_http_status_; }
 
   // Scheduler side.
+  void mark_started() { started_ = true; }
   void push_text(const std::string& piece);
   void complete(GenerationResult result);
   void fail(Status error, int http_status);
@@ -55,6 +59,7 @@ class Job {
   GenerateRequest request_;
   Clock::time_point deadline_, created_;
   std::atomic<bool> cancelled_{false};
+  std::atomic<bool> started_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::string pending_;

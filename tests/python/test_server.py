@@ -488,6 +488,34 @@ def test_queue_full_429_disconnect_frees_slot_and_sigterm():
         s.stop()
 
 
+def test_non_streaming_disconnect_frees_slot():
+    """A non-streaming client that goes away mid-generation frees its slot too: the server
+    probes the connection while it generates (leading spaces of the JSON body)."""
+    s = Server("--parallel", "1", "--queue", "1", "--ctx", "4096")
+    try:
+        endless = good_chat(max_tokens=4000, ignore_eos=True, temperature=0)
+        sock = socket.create_connection(("127.0.0.1", s.port), timeout=60)
+        data = json.dumps(endless).encode()
+        sock.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: "
+                     b"application/json\r\nContent-Length: " + str(len(data)).encode() +
+                     b"\r\n\r\n" + data)
+        deadline = time.time() + 30
+        while metric(s, "salvo_active_slots") < 1:
+            assert time.time() < deadline, "the request never started"
+            time.sleep(0.05)
+        start = time.time()
+        sock.close()
+        while metric(s, "salvo_active_slots") > 0:
+            assert time.time() - start < 10, "the slot stayed busy after the client left"
+            time.sleep(0.05)
+        # The server goes on serving, and a short non-streaming request still gets its JSON.
+        status, body = s.request("POST", CHAT, body=good_chat(max_tokens=4, temperature=0))
+        assert status == 200, body
+        assert body["choices"][0]["message"]["content"]
+    finally:
+        s.stop()
+
+
 def test_load_no_failures_and_flat_memory(server):
     """16 clients for 20 s (SALVO_SERVER_LOAD_S to change): no request fails, and RSS does not
     grow between the first and the second half."""
