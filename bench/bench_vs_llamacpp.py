@@ -134,11 +134,17 @@ def child_llama(args) -> None:
 
 
 def run_child(cmd: list[str], env: dict | None = None, timeout: float = 3600) -> tuple[str, str, float]:
-    """Runs cmd, returns (stdout, stderr, peak RSS MiB of that child from wait4)."""
+    """Runs cmd, returns (stdout, stderr, peak RSS MiB of that child).
+
+    The peak is the child's own VmHWM, polled from /proc while it runs: wait4's ru_maxrss would
+    include this Python process's resident size at fork time, which Linux carries into the
+    child's figure even after exec."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, env=env)
         deadline = time.time() + timeout
+        hwm_kib = 0
         while True:
+            hwm_kib = max(hwm_kib, _vm_hwm_kib(proc.pid))
             pid, status, ru = os.wait4(proc.pid, os.WNOHANG)
             if pid:
                 break
@@ -152,7 +158,18 @@ def run_child(cmd: list[str], env: dict | None = None, timeout: float = 3600) ->
         so, se = out.read().decode(errors="replace"), err.read().decode(errors="replace")
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd[:6])}... exited {proc.returncode}\n{se[-3000:]}")
-    return so, se, ru.ru_maxrss / 1024.0
+    return so, se, (hwm_kib or ru.ru_maxrss) / 1024.0
+
+
+def _vm_hwm_kib(pid: int) -> int:
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 0
 
 
 def last_json(stdout: str) -> dict:

@@ -9,8 +9,20 @@
 
 namespace salvo {
 
-// Peak resident set size of this process so far, in bytes.
+// Peak resident set size of this process so far, in bytes: the high-water mark of its own
+// address space (VmHWM). getrusage's ru_maxrss is not used first because Linux carries into it
+// the resident size of the parent at fork time, so salvo started by a large process (a Python
+// test or benchmark) would report the parent's memory as its own.
 inline size_t peak_rss_bytes() {
+  if (std::FILE* f = std::fopen("/proc/self/status", "r")) {
+    char line[256];
+    long kib = -1;
+    while (std::fgets(line, sizeof(line), f) != nullptr) {
+      if (std::sscanf(line, "VmHWM: %ld kB", &kib) == 1) break;
+    }
+    std::fclose(f);
+    if (kib >= 0) return static_cast<size_t>(kib) * 1024;
+  }
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return static_cast<size_t>(usage.ru_maxrss) * 1024;  // Linux reports KiB
