@@ -45,31 +45,10 @@ PROMPT_TEXT = (
     "one, because every weight must be streamed from memory for each step. "
 ) * 40
 
-# Workaround for VMs that advertise AMX but fault on tile instructions: make ggml's AMX permission request
-# fail so it falls back to AVX-512 (weight repacking stays on, unlike use_extra_bufts=False).
-_NOAMX_SHIM = r"""
-#define _GNU_SOURCE
-#include <dlfcn.h>
-#include <errno.h>
-#include <stdarg.h>
-#include <sys/syscall.h>
-long syscall(long n, ...) {
-    va_list ap; va_start(ap, n);
-    long a[6]; for (int i = 0; i < 6; i++) a[i] = va_arg(ap, long);
-    va_end(ap);
-    if (n == SYS_arch_prctl && a[0] == 0x1023 /* ARCH_REQ_XCOMP_PERM */) { errno = EPERM; return -1; }
-    static long (*real)(long, ...);
-    if (!real) real = (long (*)(long, ...))dlsym(RTLD_NEXT, "syscall");
-    return real(n, a[0], a[1], a[2], a[3], a[4], a[5]);
-}
-"""
-
-
-def amx_advertised() -> bool:
-    try:
-        return "amx_int8" in pathlib.Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return False
+# The AMX workaround (a shim that makes ggml's AMX permission request fail) has one copy, in
+# tools/compare/servers.py, shared with the comparison client.
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent.parent / "tools" / "compare"))
+from servers import _NOAMX_SHIM, amx_advertised  # noqa: E402
 
 
 def build_noamx_shim(tmpdir: str) -> str | None:
