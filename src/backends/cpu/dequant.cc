@@ -9,17 +9,6 @@
 namespace salvo {
 namespace {
 
-// Unpacks the j-th 6-bit scale and minimum of a Q4_K/Q5_K super-block (ggml get_scale_min_k4).
-inline void scale_min_k4(int j, const uint8_t* q, uint8_t* d, uint8_t* m) {
-  if (j < 4) {
-    *d = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *d = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 void dequant_q4_0(const BlockQ4_0* x, float* y, int64_t nb) {
   for (int64_t i = 0; i < nb; ++i, y += kQK) {
     const float d = fp16_to_fp32(x[i].d);

@@ -12,17 +12,6 @@
 namespace salvo::cpu {
 namespace {
 
-// The j-th 6-bit scale and minimum of a Q4_K super-block (ggml's get_scale_min_k4).
-void scale_min_k4(int j, const uint8_t* q, uint8_t* sc, uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    *m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // All 256 quants of a Q4_K block (0..15): 64-quant chunks, low nibbles first.
 void q4k_quants(const BlockQ4_K& b, uint8_t* q) {
   for (int chunk = 0; chunk < 4; ++chunk) {
