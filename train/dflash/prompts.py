@@ -59,13 +59,21 @@ CHAT_TOPICS = [
     "supply and demand", "sleep and memory", "how git branches work", "the Roman Empire", "volcanoes",
     "how databases index data", "healthy eating", "the stock market", "electric cars", "coral reefs",
     "how airplanes fly", "garbage collection in programming languages", "the moon landing", "recycling",
-    "the human heart", "how to write a good resume",
+    "the human heart", "how to write a good resume", "how batteries store energy", "the Silk Road",
+    "why the sky is blue", "how bees communicate", "the basics of personal finance", "jet lag",
+    "how search engines rank pages", "the Renaissance", "antibiotic resistance", "how to give feedback",
+    "the rise of smartphones", "earthquakes", "how muscles grow", "the history of jazz", "desert ecosystems",
+    "how GPS works", "the Industrial Revolution", "habits and motivation", "how tides work", "minimalism",
+    "open source software", "the solar system", "caffeine", "how elections work", "rainforests",
 ]
 CHAT_TEMPLATES = [
     "Explain {topic} to a ten-year-old.", "Give me a short overview of {topic}.",
     "What are three common misconceptions about {topic}?", "Write a short paragraph about {topic}.",
     "Summarize the key ideas of {topic} in a bulleted list.", "Why does {topic} matter? Answer briefly.",
     "Write a haiku and then a short explanation about {topic}.", "What questions should a beginner ask about {topic}?",
+    "I keep hearing about {topic}. What is it, in plain words?", "Write a short blog post introduction about {topic}.",
+    "Compare two different views on {topic}.", "Give me five fun facts about {topic}.",
+    "How would you teach {topic} in a 30-minute class?", "What is the history behind {topic}?",
 ]
 EDIT_TEXTS = [
     "The quick brown fox jumps over the lazy dog. It was a sunny day and everyone was happy.",
@@ -79,6 +87,13 @@ EDIT_TEXTS = [
     "The results shows that the new method are more accurate then the old one in most case.",
     "x = [1, 2, 3]\nfor i in range(len(x)):\n    print(x[i] * 2)",
     "Meeting notes: budget approved. hiring paused. next review in march. Bob to send report.",
+    "Customer wrote: the package arrived late and the box was damaged, I want a refund or a replacement.",
+    "let total = 0; for (const item of cart) { total = total + item.price * item.qty } return total",
+    "Step 1 open the lid. Step 2 pour water. step 3 close lid and press the button wait five minute.",
+    "class Account:\n    def __init__(self):\n        self.b = 0\n    def dep(self, x):\n        self.b += x",
+    "Our quarterly revenue grew 12 percent, driven by new customers in Europe, while costs stayed flat.",
+    "if (x > 0) { if (y > 0) { return 1; } else { return 2; } } else { return 3; }",
+    "Hi John, just checking in about the report. Can you send it by friday? Let me know if you need help.",
     "struct Point { int x; int y; };\nint dist2(Point a, Point b) { return (a.x-b.x)*(a.x-b.x)+(a.y-b.y)*(a.y-b.y); }",
 ]
 EDIT_TEMPLATES = [
@@ -90,6 +105,10 @@ EDIT_TEMPLATES = [
     "Add comments to the following:\n\n{text}",
     "Rewrite the following in a formal tone:\n\n{text}",
     "Port the following code to Python, or if it is already Python, to JavaScript:\n\n{text}",
+    "Summarize the following in one sentence:\n\n{text}",
+    "Rewrite the following so that a child can understand it:\n\n{text}",
+    "Find any mistakes in the following and list them:\n\n{text}",
+    "Make the following friendlier:\n\n{text}",
 ]
 
 
