@@ -163,6 +163,13 @@ def main():
     tg = Target(gw, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
     log(f"target {gw.arch} n_layer={gw.n_layer} n_embd={gw.n_embd} vocab={gw.n_vocab} eos={gw.eos}")
     data = json.load(open(args.data))
+    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
+        raise SystemExit(f"error: {args.data}: expected make_data.py's JSON with a non-empty 'prompts' list")
+    if data.get("model") != args.target:
+        raise SystemExit(f"error: {args.data} was tokenized for {data.get('model')!r}, not {args.target!r}")
+    for i, p in enumerate(data["prompts"]):
+        if not p.get("ids") or max(p["ids"]) >= gw.n_vocab or min(p["ids"]) < 0 or "cat" not in p:
+            raise SystemExit(f"error: {args.data}: prompt {i} has no category or ids outside [0, {gw.n_vocab})")
     prompts = data["prompts"][: args.max_prompts or None]
 
     work = args.work or args.out
