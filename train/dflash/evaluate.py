@@ -1,0 +1,104 @@
+"""Held-out acceptance of a drafter against the target's own greedy output (= the data).
+
+tau = 1 + accepted draft tokens per target pass. Chain: the greedy draft, accepted = matching prefix.
+Trees: best-first over path log-probabilities with top_k children per node, budgets of 8/16/32/64
+nodes; accepted = deepest tree node on the data's path. Without adapter a node's children are scored
+by the depth's marginal log-probs; with it the top_k marginal candidates are rescored given the
+node's token (adapted logits, renormalized over the top_k and scaled to the marginal top_k mass).
+"""
+
+import heapq
+
+import numpy as np
+import torch
+
+BUDGETS = (8, 16, 32, 64)
+
+
+def best_first(lp_fn, labels, depth_max, k, budget):
+    """Pops nodes best-first; returns the deepest on-path node depth after each of `budget` pops."""
+    heap = [(-lp_fn(1, -1, c), 1, c, True, lp_fn(1, -1, c)) for c in range(k)]
+    heapq.heapify(heap)
+    best, out = 0, []
+    cand_tok = lp_fn.tokens
+    while len(out) < budget and heap:
+        neg, dep, c, parent_on, score = heapq.heappop(heap)
+        on = parent_on and cand_tok[dep - 1][c] == labels[dep - 1]
+        if on:
+            best = max(best, dep)
+        out.append(best)
+        if dep < depth_max:
+            for c2 in range(k):
+                s2 = score + lp_fn(dep + 1, c, c2)
+                heapq.heappush(heap, (-s2, dep + 1, c2, on, s2))
+    while len(out) < budget:
+        out.append(best)
+    return out
+
+
+class Table:
+    def __init__(self, tokens, lp, alp=None):
+        self.tokens, self.lp, self.alp = tokens, lp, alp
+
+    def __call__(self, dep, parent_c, c):
+        if self.alp is None:
+            return self.lp[dep - 1][c]
+        return self.alp[dep - 1][max(parent_c, 0)][c]
+
+
+@torch.no_grad()
+def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8):
+    from train import compute_features  # noqa: avoid a cycle at import time
+
+    B = cfg["block_size"]
+    stats = {}
+    embd, lm_head = tg.embd.float(), tg.lm_head.float()
+    for s, P, cat in zip(seqs, plens, cats):
+        anchors = list(range(P, len(s) - B + 1, stride))
+        if not anchors:
+            continue
+        f = compute_features(tg, [s], layers, 1, dev).float()
+        ids = torch.tensor([s], device=dev)
+        a_t = torch.tensor([anchors], device=dev)
+        d32 = d.float()
+        y = d32.train_forward(f, ids, a_t, embd)[0]  # [A,B,E]
+        h = y[:, 1:]
+        logits = h @ lm_head.T
+        lp = torch.log_softmax(logits, -1)
+        tlp, ttok = lp.topk(k, -1)  # [A,B-1,k]
+        # adapter: prevs per depth: root for depth 1, the depth-1 candidates for deeper ones
+        roots = ids[0, a_t[0]]
+        prev = torch.cat([roots[:, None, None].expand(-1, 1, k), ttok[:, :-1]], 1)  # [A,B-1,k]
+        u = d32.adapt(h[:, :, None], embd[prev])  # [A,B-1,k,E]
+        cand = lm_head[ttok]  # [A,B-1,k,E]
+        al = torch.einsum("adpe,adce->adpc", u, cand)
+        mass = torch.logsumexp(tlp, -1)[:, :, None, None]
+        alp = torch.log_softmax(al, -1) + mass
+        labels_all = [s[p + 1:p + B] for p in anchors]
+        ttok_l, tlp_l, alp_l = ttok.tolist(), tlp.tolist(), alp.tolist()
+        st = stats.setdefault(cat, {"n": 0, "chain": 0.0, **{f"tree{b}": 0.0 for b in BUDGETS},
+                                    **{f"tree{b}_adapter": 0.0 for b in BUDGETS}})
+        for a in range(len(anchors)):
+            lab = labels_all[a]
+            acc = 0
+            while acc < B - 1 and ttok_l[a][acc][0] == lab[acc]:
+                acc += 1
+            st["n"] += 1
+            st["chain"] += 1 + acc
+            for name, tab in (("", Table(ttok_l[a], tlp_l[a])), ("_adapter", Table(ttok_l[a], tlp_l[a], alp_l[a]))):
+                res = best_first(tab, lab, B - 1, k, max(BUDGETS))
+                for b in BUDGETS:
+                    st[f"tree{b}{name}"] += 1 + res[b - 1]
+    total = {"n": 0}
+    for cat, st in stats.items():
+        n = st["n"]
+        for key in st:
+            if key != "n":
+                total[key] = total.get(key, 0.0) + st[key]
+                st[key] = round(st[key] / n, 3)
+        total["n"] += n
+    for key in total:
+        if key != "n":
+            total[key] = round(total[key] / total["n"], 3)
+    stats["all"] = total
+    return stats

@@ -1,0 +1,197 @@
+"""The target model (llama / qwen2 GGUF) as a minimal PyTorch module, weights dequantized with gguf.
+
+Only what training needs: a batched forward that returns the outputs of chosen blocks, and a KV-cache
+step for greedy generation. RoPE follows llama.cpp: llama-arch GGUFs store Q/K permuted for the
+interleaved ("norm") mode, qwen2 uses NEOX, so each arch gets its own rotation and no un-permuting.
+"""
+
+import concurrent.futures
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+import gguf
+from gguf.quants import dequantize
+
+
+def _field(reader, key, default=None):
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+class GGUFWeights:
+    """Dequantized float32 numpy arrays of a GGUF, [rows, cols] like PyTorch, plus the hparams."""
+
+    def __init__(self, path):
+        r = gguf.GGUFReader(path)
+        arch = _field(r, "general.architecture")
+        if arch not in ("llama", "qwen2"):
+            raise SystemExit(f"error: {path}: architecture {arch!r} is not llama or qwen2")
+        self.arch = arch
+        g = lambda k, d=None: _field(r, f"{arch}.{k}", d)
+        self.n_layer = int(g("block_count"))
+        self.n_embd = int(g("embedding_length"))
+        self.n_head = int(g("attention.head_count"))
+        self.n_head_kv = int(g("attention.head_count_kv", self.n_head))
+        self.head_dim = self.n_embd // self.n_head
+        self.rope_base = float(g("rope.freq_base", 10000.0))
+        self.rms_eps = float(g("attention.layer_norm_rms_epsilon", 1e-6))
+        eos = {int(_field(r, "tokenizer.ggml.eos_token_id", 0))}
+        tokens = _field(r, "tokenizer.ggml.tokens") or []
+        for name in ("<|im_end|>", "<|endoftext|>", "<|eot_id|>"):
+            if name in tokens:
+                eos.add(tokens.index(name))
+        self.eos = sorted(eos)
+        tensors = {t.name: t for t in r.tensors}
+        with concurrent.futures.ThreadPoolExecutor(16) as ex:
+            arrs = ex.map(lambda t: (t.name, np.asarray(dequantize(t.data, t.tensor_type), np.float32)),
+                          r.tensors)
+            self.w = dict(arrs)
+        for name, t in tensors.items():  # 1-D tensors come back flat; matrices [rows, cols]
+            shape = list(reversed([int(x) for x in t.shape]))
+            self.w[name] = self.w[name].reshape(shape)
+        self.n_vocab = self.w["token_embd.weight"].shape[0]
+        if "output.weight" not in self.w:  # tied embeddings
+            self.w["output.weight"] = self.w["token_embd.weight"]
+
+
+def rope_tables(positions, head_dim, base, device):
+    inv = base ** (-torch.arange(0, head_dim, 2, device=device, dtype=torch.float32) / head_dim)
+    ang = positions.to(torch.float32)[..., None] * inv  # [..., head_dim/2]
+    return ang.cos(), ang.sin()
+
+
+def rope_neox(x, cos, sin):
+    """x [..., T, H, D]; cos/sin [..., T, D/2]: rotate halves (i, i + D/2)."""
+    d = x.shape[-1] // 2
+    c, s = cos[..., None, :].to(x.dtype), sin[..., None, :].to(x.dtype)
+    x1, x2 = x[..., :d], x[..., d:]
+    return torch.cat([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1)
+
+
+def rope_norm(x, cos, sin):
+    """Interleaved pairs (2i, 2i+1), llama.cpp's normal mode."""
+    c, s = cos[..., None, :].to(x.dtype), sin[..., None, :].to(x.dtype)
+    x1, x2 = x[..., 0::2], x[..., 1::2]
+    return torch.stack([x1 * c - x2 * s, x2 * c + x1 * s], dim=-1).flatten(-2)
+
+
+def rms(x, w, eps):
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype) * w
+
+
+class Target(torch.nn.Module):
+    def __init__(self, gw, device, dtype=torch.bfloat16):
+        super().__init__()
+        self.hp = gw
+        self.dtype = dtype
+        self.device = device
+        t = lambda n: torch.from_numpy(gw.w[n]).to(device=device, dtype=dtype)
+        self.embd = t("token_embd.weight")
+        self.lm_head = t("output.weight") if gw.w["output.weight"] is not gw.w["token_embd.weight"] else self.embd
+        self.out_norm = t("output_norm.weight")
+        self.layers = []
+        for i in range(gw.n_layer):
+            p = f"blk.{i}."
+            L = {k: t(p + n) for k, n in [("an", "attn_norm.weight"), ("q", "attn_q.weight"), ("k", "attn_k.weight"),
+                                           ("v", "attn_v.weight"), ("o", "attn_output.weight"),
+                                           ("fn", "ffn_norm.weight"), ("g", "ffn_gate.weight"),
+                                           ("u", "ffn_up.weight"), ("d", "ffn_down.weight")]}
+            for k, n in [("qb", "attn_q.bias"), ("kb", "attn_k.bias"), ("vb", "attn_v.bias")]:
+                L[k] = t(p + n) if (p + n) in gw.w else None
+            self.layers.append(L)
+        self.rope = rope_neox if gw.arch == "qwen2" else rope_norm
+
+    def _attn_proj(self, L, h):
+        q, k, v = h @ L["q"].T, h @ L["k"].T, h @ L["v"].T
+        if L["qb"] is not None:
+            q, k, v = q + L["qb"], k + L["kb"], v + L["vb"]
+        return q, k, v
+
+    @torch.no_grad()
+    def forward(self, ids, pos, key_mask, capture, upto=None):
+        """ids/pos [N, T], key_mask [N, T] bool (False = padding). Causal. Returns {layer: [N,T,E]}
+        for the layers in capture (block outputs) and the final hidden state if upto is None."""
+        hp = self.hp
+        N, T = ids.shape
+        x = self.embd[ids]
+        cos, sin = rope_tables(pos, hp.head_dim, hp.rope_base, ids.device)
+        causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
+        mask = (causal[None] & key_mask[:, None, :])[:, None]  # [N,1,T,T]
+        out = {}
+        last = hp.n_layer if upto is None else upto + 1
+        for i in range(last):
+            L = self.layers[i]
+            h = rms(x, L["an"], hp.rms_eps)
+            q, k, v = self._attn_proj(L, h)
+            q = self.rope(q.view(N, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
+            k = self.rope(k.view(N, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
+            v = v.view(N, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
+            x = x + a.transpose(1, 2).reshape(N, T, -1) @ L["o"].T
+            h = rms(x, L["fn"], hp.rms_eps)
+            x = x + (F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["d"].T
+            if i in capture:
+                out[i] = x
+        if upto is None:
+            out["final"] = rms(x, self.out_norm, hp.rms_eps)
+        return out
+
+    @torch.no_grad()
+    def generate(self, prompts, max_new, eos):
+        """Greedy continuation of a batch of token-id lists (left-padded). Returns the new ids per
+        prompt, cut after the first EOS (EOS included)."""
+        hp, dev = self.hp, self.device
+        N = len(prompts)
+        P = max(len(p) for p in prompts)
+        ids = torch.zeros(N, P, dtype=torch.long, device=dev)
+        valid = torch.zeros(N, P + max_new, dtype=torch.bool, device=dev)
+        for n, p in enumerate(prompts):
+            ids[n, P - len(p):] = torch.tensor(p, device=dev)
+            valid[n, P - len(p):] = True
+        pos = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
+        S = P + max_new
+        kc = [torch.zeros(N, hp.n_head_kv, S, hp.head_dim, dtype=self.dtype, device=dev) for _ in self.layers]
+        vc = [torch.zeros_like(k) for k in kc]
+        eos_t = torch.tensor(eos, device=dev)
+        done = torch.zeros(N, dtype=torch.bool, device=dev)
+        new = []
+        cur_ids, cur_pos, start = ids, pos, 0
+        for step in range(max_new):
+            T = cur_ids.shape[1]
+            x = self.embd[cur_ids]
+            cos, sin = rope_tables(cur_pos, hp.head_dim, hp.rope_base, dev)
+            qpos = torch.arange(start, start + T, device=dev)
+            kpos = torch.arange(start + T, device=dev)
+            mask = (kpos[None, :] <= qpos[:, None])[None] & valid[:, None, : start + T]
+            mask = mask[:, None]
+            for i, L in enumerate(self.layers):
+                h = rms(x, L["an"], hp.rms_eps)
+                q, k, v = self._attn_proj(L, h)
+                q = self.rope(q.view(N, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
+                kc[i][:, :, start:start + T] = self.rope(k.view(N, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
+                vc[i][:, :, start:start + T] = v.view(N, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+                a = F.scaled_dot_product_attention(q, kc[i][:, :, :start + T], vc[i][:, :, :start + T],
+                                                   attn_mask=mask, enable_gqa=True)
+                x = x + a.transpose(1, 2).reshape(N, T, -1) @ L["o"].T
+                h = rms(x, L["fn"], hp.rms_eps)
+                x = x + (F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["d"].T
+            y = rms(x[:, -1], self.out_norm, hp.rms_eps)
+            nxt = (y @ self.lm_head.T).float().argmax(-1)
+            new.append(torch.where(done, torch.zeros_like(nxt), nxt))
+            done = done | torch.isin(nxt, eos_t)
+            if bool(done.all()) or step == max_new - 1:
+                break
+            start += T
+            cur_ids = nxt[:, None]
+            cur_pos = cur_pos[:, -1:] + 1
+        out = torch.stack(new, 1).tolist()
+        res = []
+        for row in out:
+            cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+            res.append(row[:cut])
+        return res

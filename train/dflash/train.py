@@ -1,0 +1,308 @@
+"""Trains a DFlash drafter (dflash_spec.md v1) for a llama/qwen2 GGUF target, end to end, seeded.
+
+  python3 train/dflash/train.py --target qwen2.5-coder-1.5b --gguf PATH --data data.json \
+      --out drafters/qwen2.5-coder-1.5b --seed 0 --minutes 6
+Steps: greedy continuations of the prompts by the target (the training data), target features at
+target_layers, drafter training (weighted CE), adapter training (drafter frozen), held-out tau
+(chain, best-first trees at 8/16/32/64 nodes, with and without adapter) and the export.
+"""
+
+import argparse
+import hashlib
+import json
+import math
+import os
+import random
+import sys
+import time
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
+from evaluate import evaluate  # noqa: E402
+from target import GGUFWeights, Target  # noqa: E402
+
+
+def log(*a):
+    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+def sha256_of(path):
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 24), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def generate_data(tg, prompts, max_new, batch, eos):
+    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]["ids"]))
+    out = [None] * len(prompts)
+    for s in range(0, len(order), batch):
+        idx = order[s:s + batch]
+        gen = tg.generate([prompts[i]["ids"] for i in idx], max_new, eos)
+        for i, g in zip(idx, gen):
+            out[i] = g
+        log(f"generated {s + len(idx)}/{len(order)}")
+    return out
+
+
+def pad_batch(seqs, dev):
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long, device=dev)
+    for n, s in enumerate(seqs):
+        ids[n, :len(s)] = torch.tensor(s, device=dev)
+    return ids
+
+
+def compute_features(tg, seqs, layers, batch, dev):
+    """bf16 [N, Tmax, k*E] features of every sequence (zero past its end)."""
+    T = max(len(s) for s in seqs)
+    E = tg.hp.n_embd
+    feats = torch.zeros(len(seqs), T, len(layers) * E, dtype=torch.bfloat16, device=dev)
+    for s in range(0, len(seqs), batch):
+        chunk = seqs[s:s + batch]
+        ids = pad_batch(chunk, dev)
+        n, t = ids.shape
+        km = torch.arange(t, device=dev)[None] < torch.tensor([len(x) for x in chunk], device=dev)[:, None]
+        o = tg(ids, torch.arange(t, device=dev).expand(n, t), km, set(layers), upto=max(layers))
+        feats[s:s + n, :t] = torch.cat([o[l] for l in layers], -1)
+    return feats
+
+
+def sample_anchors(lens, plens, A, B, gen):
+    """A random root positions per sequence, in the generated part (plen <= p <= len-2)."""
+    out = []
+    for L, P in zip(lens, plens):
+        hi = max(P, L - 2)
+        out.append([random.Random(gen.random()).randint(P, hi) for _ in range(A)])
+    return out
+
+
+def block_loss(y, lm_head, ids, lens, anchors, B, weights, adapt=None, embd=None):
+    """Weighted CE of rows 1..B-1. y [N,A,B,E]; labels ids[p+j] (ignored past the end)."""
+    N, A = anchors.shape
+    dev = y.device
+    j = torch.arange(1, B, device=dev)
+    pos = anchors[:, :, None] + j  # [N,A,B-1]
+    valid = pos < lens[:, None, None]
+    labels = torch.gather(ids, 1, pos.clamp(max=ids.shape[1] - 1).flatten(1)).view(N, A, B - 1)
+    h = y[:, :, 1:]
+    if adapt is not None:
+        prev = torch.gather(ids, 1, (pos - 1).clamp(max=ids.shape[1] - 1).flatten(1)).view(N, A, B - 1)
+        h = adapt(h, embd[prev].to(h.dtype))
+    logits = (h.to(lm_head.dtype) @ lm_head.T).float()
+    ce = F.cross_entropy(logits.flatten(0, 2), labels.flatten(), reduction="none").view(N, A, B - 1)
+    w = weights[None, None] * valid
+    acc = ((logits.argmax(-1) == labels) & valid).float().sum() / valid.float().sum()
+    return (ce * w).sum() / w.sum(), acc
+
+
+def train_phase(name, params, minutes, lr, step_fn, log_every, warmup=100):
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    t0 = time.time()
+    budget = minutes * 60
+    curve, step = [], 0
+    while True:
+        frac = (time.time() - t0) / budget
+        if frac >= 1:
+            break
+        cur = lr * min(1, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(frac, 1)))
+        for g in opt.param_groups:
+            g["lr"] = cur
+        loss, acc = step_fn(step)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        if step % log_every == 0:
+            curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
+                          "lr": cur, "s": round(time.time() - t0, 1)})
+            log(name, curve[-1])
+        step += 1
+    return curve, step, time.time() - t0
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--gguf", required=True)
+    ap.add_argument("--data", required=True, help="JSON from make_data.py")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--work", default=None, help="cache folder for the generated data")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--minutes", type=float, default=5.0)
+    ap.add_argument("--adapter-minutes", type=float, default=1.0)
+    ap.add_argument("--max-prompts", type=int, default=0)
+    ap.add_argument("--max-new", type=int, default=320)
+    ap.add_argument("--gen-batch", type=int, default=256)
+    ap.add_argument("--target-layers", default="")
+    ap.add_argument("--n-layer", type=int, default=1)
+    ap.add_argument("--n-ff", type=int, default=3072)
+    ap.add_argument("--block", type=int, default=16)
+    ap.add_argument("--anchors", type=int, default=16)
+    ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--lr", type=float, default=6e-4)
+    ap.add_argument("--heldout", type=float, default=0.05)
+    ap.add_argument("--adapter-hidden", type=int, default=256)
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = ap.parse_args()
+    t_start = time.time()
+    random.seed(args.seed)
+    np.random.seed(args.seed)
+    torch.manual_seed(args.seed)
+    dev = args.device
+    torch.backends.cuda.matmul.allow_tf32 = False
+    os.makedirs(args.out, exist_ok=True)
+
+    log("loading", args.gguf)
+    gw = GGUFWeights(args.gguf)
+    tg = Target(gw, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
+    log(f"target {gw.arch} n_layer={gw.n_layer} n_embd={gw.n_embd} vocab={gw.n_vocab} eos={gw.eos}")
+    data = json.load(open(args.data))
+    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
+        raise SystemExit(f"error: {args.data}: expected make_data.py's JSON with a non-empty 'prompts' list")
+    if data.get("model") != args.target:
+        raise SystemExit(f"error: {args.data} was tokenized for {data.get('model')!r}, not {args.target!r}")
+    for i, p in enumerate(data["prompts"]):
+        if not p.get("ids") or max(p["ids"]) >= gw.n_vocab or min(p["ids"]) < 0 or "cat" not in p:
+            raise SystemExit(f"error: {args.data}: prompt {i} has no category or ids outside [0, {gw.n_vocab})")
+    prompts = data["prompts"][: args.max_prompts or None]
+
+    work = args.work or args.out
+    gen_path = os.path.join(work, f"gen_{args.target}_{len(prompts)}_{args.max_new}.json")
+    t_gen = time.time()
+    if os.path.exists(gen_path):
+        gen = json.load(open(gen_path))
+    else:
+        gen = generate_data(tg, prompts, args.max_new, args.gen_batch, gw.eos)
+        json.dump(gen, open(gen_path, "w"))
+    t_gen = time.time() - t_gen
+    log(f"generation {t_gen:.0f}s, mean {np.mean([len(g) for g in gen]):.0f} new tokens")
+
+    # Split by prompt (shuffled with the seed), held-out part only for evaluation.
+    idx = list(range(len(prompts)))
+    random.Random(args.seed).shuffle(idx)
+    n_ho = max(4, int(len(idx) * args.heldout))
+    ho, tr = idx[:n_ho], idx[n_ho:]
+    seqs = [prompts[i]["ids"] + gen[i] for i in range(len(prompts))]
+    plens = [len(p["ids"]) for p in prompts]
+
+    layers = [int(x) for x in args.target_layers.split(",")] if args.target_layers else \
+        [1, gw.n_layer // 2 - 1, gw.n_layer - 4]
+    cfg = {"format": "salvo-dflash", "version": 1,
+           "target": {"name": args.target, "arch": gw.arch, "n_embd": gw.n_embd, "n_vocab": gw.n_vocab,
+                      "n_layer": gw.n_layer, "sha256": sha256_of(args.gguf)},
+           "target_layers": layers, "block_size": args.block, "n_layer": args.n_layer, "n_embd": gw.n_embd,
+           "n_head": gw.n_head, "n_head_kv": gw.n_head_kv, "head_dim": gw.head_dim, "n_ff": args.n_ff,
+           "rope_base": gw.rope_base, "rms_eps": gw.rms_eps,
+           "adapter": {"n_hidden": args.adapter_hidden, "top_k": 8}}
+    log("config", json.dumps(cfg))
+
+    t_feat = time.time()
+    feats = compute_features(tg, [seqs[i] for i in tr], layers, 64, dev)
+    ids_tr = pad_batch([seqs[i] for i in tr], dev)
+    lens_tr = torch.tensor([len(seqs[i]) for i in tr], device=dev)
+    plens_tr = [plens[i] for i in tr]
+    t_feat = time.time() - t_feat
+    log(f"features {tuple(feats.shape)} in {t_feat:.0f}s")
+
+    d = Drafter(cfg).to(dev)
+    B = args.block
+    weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
+    grng = random.Random(args.seed + 1)
+    embd, lm_head = tg.embd, tg.lm_head
+    ac = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
+
+    def batch_of(step):
+        sel = [grng.randrange(len(tr)) for _ in range(args.batch)]
+        sel_t = torch.tensor(sel, device=dev)
+        L = lens_tr[sel_t]
+        T = int(L.max())
+        anchors = torch.tensor(sample_anchors(L.tolist(), [plens_tr[s] for s in sel], args.anchors, B, grng),
+                               device=dev)
+        return feats[sel_t, :T], ids_tr[sel_t, :T], L, anchors
+
+    def drafter_step(step):
+        f, ids, L, anchors = batch_of(step)
+        with ac:
+            y = d.train_forward(f, ids, anchors, embd)
+            return block_loss(y, lm_head, ids, L, anchors, B, weights)
+
+    params = [p for p in d.p.values()]
+    curve, steps, secs = train_phase("drafter", params, args.minutes, args.lr, drafter_step, 50)
+    for p in params:
+        p.requires_grad_(False)
+
+    def adapter_step(step):
+        f, ids, L, anchors = batch_of(step)
+        with ac:
+            with torch.no_grad():
+                y = d.train_forward(f, ids, anchors, embd)
+            return block_loss(y, lm_head, ids, L, anchors, B, weights, adapt=d.adapt, embd=embd)
+
+    acurve, asteps, asecs = train_phase("adapter", list(d.a.values()), args.adapter_minutes, args.lr, adapter_step, 50, 20)
+    del feats
+
+    # Export: I8 matrices; evaluation and the reference use the weights as stored.
+    ship, deq = export_arrays(tensors_of(d))
+    d_q = Drafter(cfg).to(dev)
+    with torch.no_grad():
+        for n, v in deq.items():
+            if n.startswith("adapter."):
+                d_q.a[n.split(".")[1]].copy_(v)
+            else:
+                d_q.w(n).copy_(v)
+    ho_seqs = [seqs[i] for i in ho]
+    t_eval = time.time()
+    tau = evaluate(tg, d_q, cfg, ho_seqs, [plens[i] for i in ho], [prompts[i]["cat"] for i in ho], layers, dev)
+    t_eval = time.time() - t_eval
+    log("held-out tau", json.dumps(tau, indent=1))
+
+    from safetensors.numpy import save_file
+    save_file(ship, os.path.join(args.out, "model.safetensors"))
+    json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=2)
+
+    # reference.safetensors: a held-out context, its features, and float32 logits.
+    s = ho_seqs[0]
+    T = min(plens[ho[0]] + 8, len(s) - 1)
+    ref_feats = compute_features(tg, [s[:T]], layers, 1, dev)[0].float().cpu()
+    E32 = torch.from_numpy(np.array(gw.w["token_embd.weight"], dtype=np.float32))
+    H32 = torch.from_numpy(np.array(gw.w["output.weight"], dtype=np.float32))
+    logits, y = reference_forward(cfg, deq, ref_feats, s[T], E32, H32)
+    prev = torch.tensor([s[T]] + list(np.random.RandomState(args.seed).randint(0, gw.n_vocab, B - 2)), dtype=torch.int32)
+    yb = y[1:]
+    u = yb + F.silu(yb @ deq["adapter.a_h.weight"].T + E32[prev.long()] @ deq["adapter.a_e.weight"].T) @ deq["adapter.b.weight"].T
+    a_logits = u @ H32.T
+    big = logits.numel() * 4 * 2 > 9_000_000
+    lt = np.float16 if big else np.float32
+    save_file({"features": ref_feats.numpy(), "root": np.array([s[T]], np.int32),
+               "logits": logits.numpy().astype(lt), "adapter_prev": prev.numpy(),
+               "adapter_logits": a_logits.numpy().astype(lt)}, os.path.join(args.out, "reference.safetensors"))
+    # cross-check: the batched training forward on the same block (bf16-free on CPU float32 weights)
+    with torch.no_grad():
+        yt = d_q.float().train_forward(ref_feats[None].to(dev), torch.tensor([s[:T + 1]], device=dev),
+                                       torch.tensor([[T]], device=dev), E32.to(dev))[0, 0]
+    xdiff = float((yt.cpu() - y).norm() / y.norm())
+    log(f"reference: T={T} root={s[T]} train_forward vs reference_forward rel diff {xdiff:.2e}")
+
+    gpu_min = (time.time() - t_start) / 60
+    json.dump({"command": " ".join(sys.argv), "seed": args.seed, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
+               "torch": torch.__version__, "n_prompts": len(prompts), "n_train": len(tr), "n_heldout": len(ho),
+               "mean_new_tokens": float(np.mean([len(g) for g in gen])),
+               "train_tokens": int(sum(len(seqs[i]) for i in tr)),
+               "seconds": {"generation": round(t_gen, 1), "features": round(t_feat, 1), "drafter": round(secs, 1),
+                           "adapter": round(asecs, 1), "eval": round(t_eval, 1)},
+               "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
+               "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau,
+               "reference_cross_check_rel": xdiff},
+              open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
+    for f in sorted(os.listdir(args.out)):
+        log(f, os.path.getsize(os.path.join(args.out, f)))
+
+
+if __name__ == "__main__":
+    main()
