@@ -73,7 +73,7 @@ void run_dflash(const DflashOptions& o) {
     if (!st.ok()) throw CliError(st.message());
   }
   std::vector<float> logits;
-  d.draft_block(pool, state, static_cast<int32_t>(root[0]), logits);
+  d.draft_block(pool, state, static_cast<int32_t>(root[0]), c.block_size - 1, logits);
   write_floats(o.out, logits);
   if (!o.adapter_out.empty()) {
     if (!d.has_adapter()) throw CliError("--adapter-out: the drafter has no adapter");

@@ -33,8 +33,8 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
   // The drafter must hold every committed position: the root sits right after them.
   if (state_.n_positions != static_cast<int32_t>(context.size()) - 1) return {};
   const int32_t root = context.back();
-  model_.draft_block(pool_, state_, root, logits_);
-  const int32_t n_vocab = static_cast<int32_t>(logits_.size() / (c.block_size - 1));
+  model_.draft_block(pool_, state_, root, max_depth, logits_);
+  const int32_t n_vocab = static_cast<int32_t>(logits_.size() / max_depth);
   const int width =
       tree_ == SpecTree::kAdapter ? std::max(c.adapter_top_k, 1) : std::min(budget, kMaxSiblings);
   std::vector<Candidates> depths(max_depth);

@@ -11,6 +11,7 @@
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "ops/vec.h"
+#include "quant/fp16.h"
 #include "quant/types.h"
 
 namespace salvo {
@@ -68,6 +69,28 @@ class WeightLoader {
       }
     } else if (t->dtype == StDType::kI32) {
       return fail<float>("tensor '" + name + "' has dtype I32; matrices are F32, F16, BF16 or I8");
+    }
+    return out;
+  }
+
+  // An I8 matrix [rows, cols] with per-row scales as F16 values q * scale: half of F32's bytes
+  // per draft pass, float activations (Q8_0 blocks would quarter the bytes but round the
+  // activations to int8 too, which moved random drafters' logits by ~2% of their range). Empty
+  // when the tensor is not such a matrix (matrix() then reads it, or names what is wrong).
+  std::vector<uint16_t> matrix_f16(const std::string& name, int64_t rows, int64_t cols) {
+    const StTensorInfo* t = file_.find(name);
+    const StTensorInfo* s = file_.find(name + ".scale");
+    if (t == nullptr || s == nullptr || t->dtype != StDType::kI8 || s->dtype != StDType::kF32 ||
+        t->shape != std::vector<int64_t>{rows, cols} || s->shape != std::vector<int64_t>{rows}) {
+      return {};
+    }
+    const std::vector<float> scale = file_.to_f32(*s);
+    const auto* q = reinterpret_cast<const int8_t*>(file_.tensor_data(*t));
+    std::vector<uint16_t> out(static_cast<size_t>(rows) * cols);
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        out[r * cols + c] = fp32_to_fp16(static_cast<float>(q[r * cols + c]) * scale[r]);
+      }
     }
     return out;
   }
@@ -239,13 +262,22 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                          SafetensorsFile::open(weights_path));
   WeightLoader load(*file);
-  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols) {
-    m->storage_.push_back(load.matrix(name, rows, cols));
+  // Matrices the forward multiplies by (not the adapter's, read as floats).
+  auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, bool allow_f16 = true) {
     WeightView view;
-    view.type = DType::kF32;
-    view.data = m->storage_.back().data();
     view.n_out = rows;
     view.n_in = cols;
+    std::vector<uint16_t> f16 =
+        allow_f16 ? load.matrix_f16(name, rows, cols) : std::vector<uint16_t>();
+    if (!f16.empty()) {
+      m->f16_storage_.push_back(std::move(f16));
+      view.type = DType::kF16;
+      view.data = m->f16_storage_.back().data();
+      return view;
+    }
+    m->storage_.push_back(load.matrix(name, rows, cols));
+    view.type = DType::kF32;
+    view.data = m->storage_.back().data();
     return view;
   };
   const int q_width = c.n_head * c.head_dim;
@@ -269,9 +301,9 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     l.down = matrix(p + "down.weight", c.n_embd, c.n_ff);
   }
   if (m->has_adapter()) {
-    m->adapter_a_h_ = matrix("adapter.a_h.weight", c.adapter_hidden, c.n_embd);
-    m->adapter_a_e_ = matrix("adapter.a_e.weight", c.adapter_hidden, c.n_embd);
-    m->adapter_b_ = matrix("adapter.b.weight", c.n_embd, c.adapter_hidden);
+    m->adapter_a_h_ = matrix("adapter.a_h.weight", c.adapter_hidden, c.n_embd, false);
+    m->adapter_a_e_ = matrix("adapter.a_e.weight", c.adapter_hidden, c.n_embd, false);
+    m->adapter_b_ = matrix("adapter.b.weight", c.n_embd, c.adapter_hidden, false);
   }
   if (!load.status().ok()) return load.status().with_context(weights_path);
   return m;
@@ -324,7 +356,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
   return Status();
 }
 
-void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root,
+void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, int depth,
                               std::vector<float>& logits) const {
   const DflashConfig& c = config_;
   const int B = c.block_size;
@@ -403,8 +435,9 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root,
   }
   s.y.resize(s.x.size());
   ops::rms_norm(s.x.data(), output_norm_.data(), s.y.data(), B, c.n_embd, c.rms_eps);
-  logits.resize(static_cast<size_t>(B - 1) * lm_head_->n_out);
-  matmul(pool, *lm_head_, s.y.data() + c.n_embd, B - 1, logits.data(), s.matmul);
+  depth = std::clamp(depth, 1, B - 1);
+  logits.resize(static_cast<size_t>(depth) * lm_head_->n_out);
+  matmul(pool, *lm_head_, s.y.data() + c.n_embd, depth, logits.data(), s.matmul);
 }
 
 void DflashModel::adapter_u(const float* y_j, int32_t prev, float* u) const {

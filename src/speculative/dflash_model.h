@@ -7,7 +7,8 @@
 // p + j. It shares the target's embedding table and LM head (drafter n_embd == target n_embd).
 //
 // Files: <dir>/config.json and <dir>/model.safetensors. Matrices are F32/F16/BF16 or I8 with a
-// per-row F32 `<name>.scale`; all are dequantized to F32 at load (a drafter is small).
+// per-row F32 `<name>.scale`; I8 ones become F16 (q * scale) at load, the rest and the
+// adapter's F32.
 // The weights are shared by every sequence; each sequence keeps its own DflashState.
 #pragma once
 
@@ -73,8 +74,9 @@ class DflashModel {
   Status observe(ThreadPool& pool, DflashState& state, int32_t first, int32_t n,
                  const float* features) const;
   // One draft pass for `root` at position state.n_positions. Leaves y_j (the final-normed
-  // outputs, [B, n_embd]) in state.y and writes logits_1..B-1 as [B-1, n_vocab].
-  void draft_block(ThreadPool& pool, DflashState& state, int32_t root,
+  // outputs, [B, n_embd]) in state.y and writes logits_1..depth as [depth, n_vocab]
+  // (depth <= B-1: the LM head, the pass's largest cost, runs only on the depths drafted).
+  void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
                    std::vector<float>& logits) const;
   // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`
   // ([n_embd]) given the previous token on the branch; `scores` gets one value per candidate.
@@ -97,9 +99,10 @@ class DflashModel {
 
   DflashConfig config_;
   std::string dir_;
-  const WeightView* embedding_ = nullptr;    // the target's, [n_vocab, n_embd]
-  const WeightView* lm_head_ = nullptr;      // the target's, [n_vocab, n_embd]
-  std::vector<std::vector<float>> storage_;  // the dequantized matrices the views point into
+  const WeightView* embedding_ = nullptr;           // the target's, [n_vocab, n_embd]
+  const WeightView* lm_head_ = nullptr;             // the target's, [n_vocab, n_embd]
+  std::vector<std::vector<float>> storage_;         // F32 matrices the views point into
+  std::vector<std::vector<uint16_t>> f16_storage_;  // F16 matrices (from I8 with row scales)
   WeightView fc_;
   std::vector<float> hidden_norm_, mask_embd_, output_norm_;
   std::vector<Layer> layers_;
