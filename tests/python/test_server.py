@@ -586,14 +586,20 @@ def test_dflash_shared_passes_equal_plain_cli():
                     cases))
             sampled_flags = ["--temperature", "0.9", "--top-p", "0.95", "--top-k", "40",
                              "--min-p", "0.05", "--seed", "1234"]
-            for (p, kw), text in zip(cases, together):
+            # Then one at a time: each reuses a slot's cached prefix (the chat template's head),
+            # and the drafter must hold features for exactly what it reuses.
+            alone = [chat(client, p, max_tokens=16, **kw).choices[0].message.content
+                     for p, kw in cases]
+            for (p, kw), text, text_alone in zip(cases, together, alone):
                 flags = sampled_flags if kw is SAMPLED else ["--temperature", "0"]
                 run = salvo_run_json(p, "--max-tokens", "16", "--spec", "none", *flags)
-                assert text == run["text"], p
+                assert text == run["text"] and text_alone == run["text"], p
             metrics = s.request("GET", "/metrics")[1]
             drafted = float(re.search(r"^salvo_draft_tokens_total (\S+)", metrics, re.M).group(1))
             sequences = float(re.search(r"^salvo_batch_sequences_total (\S+)", metrics, re.M).group(1))
             passes = float(re.search(r"^salvo_forward_passes_total (\S+)", metrics, re.M).group(1))
-            assert drafted > 0 and sequences / passes > 1.0, metrics
+            cached = float(re.search(r"^salvo_cached_prompt_tokens_total (\S+)", metrics,
+                                     re.M).group(1))
+            assert drafted > 0 and sequences / passes > 1.0 and cached > 0, metrics
         finally:
             assert s.stop() == 0, s.stderr()
