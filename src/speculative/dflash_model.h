@@ -1,10 +1,15 @@
-// DflashModel: a DFlash block drafter (format and forward pass: /work/shared briefs'
-// dflash_spec, version 1; summarised here). A few transformer layers see the target's hidden
+// DflashModel: a DFlash block drafter, format "salvo-dflash" version 1 (shared with the trainer,
+// which writes drafters/<model>/; the config fields and tensor names are those load() reads,
+// PyTorch [out, in] matrices, no biases). A few transformer layers see the target's hidden
 // states at committed positions (projected by `fc`, normalised, turned into per-layer K/V once
 // per position) and a block of B inputs [root, MASK, ..., MASK] at positions p .. p+B-1 that
 // attend to every context key and to each other (non-causal). Row j's output, through the
 // drafter's final norm and the TARGET's LM head, is the drafter's distribution for the token at
 // p + j. It shares the target's embedding table and LM head (drafter n_embd == target n_embd).
+// Norms are RMSNorm; q and k get a per-head RMSNorm, then NEOX RoPE at absolute positions
+// (whatever the target's own RoPE mode); context K/V skip attn_norm. An optional adapter
+// rescores depth j's candidates given the previous token:
+// u = y_j + b silu(a_h y_j + a_e E(prev)), score(c) = lm_head_row(c) . u.
 //
 // Files: <dir>/config.json and <dir>/model.safetensors. Matrices are F32/F16/BF16 or I8 with a
 // per-row F32 `<name>.scale`; I8 ones become F16 (q * scale) at load, the rest and the

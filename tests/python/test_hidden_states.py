@@ -38,7 +38,7 @@ def test_hidden_states_match_reference(name):
     salvo = salvo_bin_or_skip()
     path = model_path_or_skip(name)
     cfg = numpy_ref.load_config(path)
-    tokens = PROMPT_TOKENS[name][:24]
+    tokens = PROMPT_TOKENS[name][:16]
     layers = [1, cfg.n_layer // 2, cfg.n_layer - 1]
     logits, hidden = run_hidden(salvo, path, tokens, layers)
     n = len(tokens)
