@@ -8,6 +8,10 @@ temperature 0); the prompt token ids salvo rendered are handed to llama.cpp (lla
 GGUF, same threads), so both engines decode from exactly the same tokens.
 
   salvo none / ngram / draft / auto   `--spec MODE` (draft and auto with --draft-model)
+  salvo dflash:TREE:BUDGET            `--spec dflash --spec-tree TREE --spec-budget BUDGET
+                                      --spec-depth 15` (TREE: chain, best, adapter; the drafter
+                                      is --drafter DIR or drafters/<model>/); --dflash-sweep adds
+                                      every tree at budgets 8/16/32/64. Tokens per pass is tau.
   llama.cpp plain                     eval one token at a time, argmax (as llama.cpp's own decoding)
   llama.cpp lookup                    Llama(draft_model=LlamaPromptLookupDecoding()), greedy
                                       generate(); llama-cpp-python exposes only prompt lookup (an
@@ -22,7 +26,8 @@ same ids; the counts agree unless the engines' greedy choices differ).
 
 Usage: bench/bench_spec.py [--model qwen2.5-coder-1.5b] [--draft-model qwen2.5-coder-0.5b]
                            [--limit N per category] [--max-tokens N] [--threads N]
-                           [--modes none ngram draft auto] [--skip-llama] [--salvo PATH]
+                           [--modes none ngram draft auto dflash:best:16] [--dflash-sweep]
+                           [--drafter DIR] [--skip-llama] [--salvo PATH]
 """
 
 from __future__ import annotations
@@ -70,8 +75,19 @@ def load_prompts(path: pathlib.Path, limit: int, max_tokens: int | None) -> list
 # salvo
 
 
+def spec_flags(mode: str, drafter: str | None) -> list[str]:
+    """`--spec` and its companions for a mode name (dflash:TREE:BUDGET included)."""
+    if not mode.startswith("dflash"):
+        return ["--spec", mode]
+    parts = mode.split(":")
+    tree = parts[1] if len(parts) > 1 else "auto"
+    budget = parts[2] if len(parts) > 2 else "16"
+    flags = ["--spec", "dflash", "--spec-tree", tree, "--spec-budget", budget, "--spec-depth", "15"]
+    return flags + (["--drafter", drafter] if drafter else [])
+
+
 def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: list[dict],
-              threads: int) -> list[dict]:
+              threads: int, drafter: str | None = None) -> list[dict]:
     """One process per mode and max_tokens value; one JSON result per prompt, in order."""
     results: dict[str, dict] = {}
     by_max = collections.defaultdict(list)
@@ -84,7 +100,7 @@ def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: lis
             prompts_file = f.name
         cmd = [salvo, "run", "--model", model, "--prompts-file", prompts_file, "--json",
                "--temperature", "0", "--seed", "1", "--max-tokens", str(max_tokens),
-               "--threads", str(threads), "--ctx", "2048", "--spec", mode]
+               "--threads", str(threads), "--ctx", "2048", *spec_flags(mode, drafter)]
         if draft and mode in ("draft", "auto"):
             cmd += ["--draft-model", draft]
         try:
@@ -202,6 +218,9 @@ def main() -> None:
     ap.add_argument("--modes", nargs="+", default=["none", "ngram", "draft", "auto"])
     ap.add_argument("--models-dir", default=os.environ.get("SALVO_MODELS", str(REPO_ROOT / "models")))
     ap.add_argument("--salvo", default=os.environ.get("SALVO_BIN", str(REPO_ROOT / "build/release/salvo")))
+    ap.add_argument("--drafter", help="DFlash drafter directory for the dflash modes")
+    ap.add_argument("--dflash-sweep", action="store_true",
+                    help="add dflash:{chain,best,adapter}:{8,16,32,64}")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--json-out", help="write every per-prompt figure here")
     ap.add_argument("--reuse-salvo", help="take salvo's results from an earlier --json-out")
@@ -221,6 +240,9 @@ def main() -> None:
 
     model, draft = path_of(args.model), path_of(args.draft_model)
     modes = ["none"] + [m for m in args.modes if m != "none"]  # none is every ratio's baseline
+    if args.dflash_sweep:
+        modes += [f"dflash:{t}:{b}" for t in ("chain", "best", "adapter") for b in (8, 16, 32, 64)
+                  if f"dflash:{t}:{b}" not in modes]
     prompts = load_prompts(args.prompts, args.limit, args.max_tokens)
     t0 = time.time()
     salvo = json.loads(pathlib.Path(args.reuse_salvo).read_text())["salvo"] if args.reuse_salvo else {}
@@ -229,7 +251,8 @@ def main() -> None:
             continue
         print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
         salvo[mode] = {p["id"]: r for p, r in zip(prompts, run_salvo(args.salvo, model, draft, mode,
-                                                                       prompts, args.threads))}
+                                                                       prompts, args.threads,
+                                                                       args.drafter))}
         if args.json_out:
             pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
     llama = {}

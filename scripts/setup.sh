@@ -32,6 +32,9 @@ if [ "$mode" = test ]; then
   python3 -c "import gguf" 2>/dev/null || py_missing+=(gguf)
   python3 -c "import pytest" 2>/dev/null || py_missing+=(pytest)
   python3 -c "import jinja2" 2>/dev/null || py_missing+=(jinja2)
+  # Random DFlash drafters and their test inputs are written with the reference safetensors
+  # writer (tests/python/dflash_ref.py, fuzz/make_safetensors_corpus.py).
+  python3 -c "import safetensors" 2>/dev/null || py_missing+=(safetensors)
   # The server tests drive `salvo serve` with the official OpenAI client and parse /metrics
   # with Prometheus' own parser.
   python3 -c "import openai" 2>/dev/null || py_missing+=(openai)

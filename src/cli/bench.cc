@@ -116,7 +116,10 @@ void bench(const BenchOptions& o) {
   auto engine = Engine::load(
       path, {.threads = o.threads,
              .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
-             .placement = placement_for(o.device)});
+             .placement = placement_for(o.device),
+             // The benchmark's speculative figures use the draft model, not a DFlash drafter.
+             .drafter_dir = {},
+             .find_drafter = false});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
   const ModelConfig& c = e.model().config();

@@ -23,6 +23,7 @@ void add_pull_command(CLI::App& app);
 void add_tokenize_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 void add_logits_command(CLI::App& app);
+void add_dflash_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_compare_command(CLI::App& app);
 

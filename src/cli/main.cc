@@ -16,6 +16,7 @@ int main(int argc, char** argv) {
   salvo::cli::add_tokenize_command(app);
   salvo::cli::add_template_command(app);
   salvo::cli::add_logits_command(app);
+  salvo::cli::add_dflash_command(app);
   salvo::cli::add_serve_command(app);
   salvo::cli::add_compare_command(app);
   std::string names;

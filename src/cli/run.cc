@@ -34,6 +34,8 @@ struct RunOptions {
   bool json = false;
   std::string spec = "auto";
   std::string draft_model;
+  std::string drafter;
+  std::string spec_tree = "auto";
   int spec_budget = SpecOptions{}.budget;
   int spec_depth = SpecOptions{}.depth;
   // JSONL, one {"prompt": "..."} per line: every prompt is generated in a fresh session of one
@@ -95,7 +97,10 @@ void run(const RunOptions& o) {
   if (Status st = sampling.validate(); !st.ok()) throw CliError(st.message());
   auto spec_mode = parse_spec_mode(o.spec);
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
-  SpecOptions spec{.mode = *spec_mode, .budget = o.spec_budget, .depth = o.spec_depth};
+  auto spec_tree = parse_spec_tree(o.spec_tree);
+  if (!spec_tree.ok()) throw CliError("--spec-tree: " + spec_tree.status().message());
+  SpecOptions spec{
+      .mode = *spec_mode, .budget = o.spec_budget, .depth = o.spec_depth, .tree = *spec_tree};
   if (Status st = spec.validate(); !st.ok()) throw CliError(st.message());
   if (spec.mode == SpecMode::kDraft && o.draft_model.empty()) {
     throw CliError(
@@ -110,13 +115,23 @@ void run(const RunOptions& o) {
                                                : read_prompts_file(o.prompts_file);
 
   // Without --spec draft, a draft model serves --spec auto; other modes do not use it.
-  auto engine =
-      Engine::load(resolve_model(o.model),
-                   {.threads = o.threads,
-                    .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
-                    .placement = placement_for(o.device)});
+  auto engine = Engine::load(
+      resolve_model(o.model),
+      {.threads = o.threads,
+       .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
+       .placement = placement_for(o.device),
+       .drafter_dir = o.drafter,
+       // Only the modes that draft with it look for one.
+       .find_drafter = spec.mode == SpecMode::kAuto || spec.mode == SpecMode::kDflash});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
+  if (!e.drafter_note().empty()) {
+    std::fprintf(stderr, "[salvo] DFlash drafter not used: %s\n", e.drafter_note().c_str());
+  }
+  if (spec.mode == SpecMode::kDflash && e.dflash() == nullptr) {
+    throw CliError("--spec dflash needs a DFlash drafter: add --drafter DIR (none found for " +
+                   o.model + ")");
+  }
 
   for (const std::string& prompt_text : prompts) {
     PromptOptions prompt_options = o.prompt;
@@ -131,6 +146,7 @@ void run(const RunOptions& o) {
 
     Session session(e.model(), e.tokenizer(), e.pool(), o.ctx);
     session.set_draft_model(e.draft_model());
+    session.set_dflash_model(e.dflash());
     auto result = session.generate(request, [&](const std::string& piece) {
       if (!o.json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
@@ -159,6 +175,8 @@ void run(const RunOptions& o) {
           {"load_ms", e.load_ms()},
           {"spec", spec_mode_name(spec.mode)},
           {"draft_model", e.draft_model() ? e.draft_model()->config().name : ""},
+          {"drafter", e.dflash() ? e.dflash()->dir() : ""},
+          {"spec_tree", spec_tree_name(spec.tree)},
           {"drafted_nodes", s.drafted_nodes},
           {"accepted_draft_tokens", s.accepted_draft_tokens},
           {"acceptance_per_depth", s.acceptance_per_depth()},
@@ -203,12 +221,19 @@ void add_run_command(CLI::App& app) {
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
   cmd->add_option(
          "--spec", o->spec,
-         "speculative decoding: auto (drafts sized to what measurably pays, with the draft model "
-         "if given, else n-gram lookup), draft, ngram, none")
+         "speculative decoding: auto (drafts sized to what measurably pays, with the DFlash "
+         "drafter if one exists, else the draft model if given, else n-gram lookup), dflash, "
+         "draft, ngram, none")
       ->capture_default_str();
   cmd->add_option("--draft-model", o->draft_model,
                   "smaller model with the same vocabulary that drafts for --model (name or GGUF "
                   "path); used by --spec draft and auto");
+  cmd->add_option("--drafter", o->drafter,
+                  "DFlash drafter directory (config.json + model.safetensors); default: "
+                  "drafters/<model>/ when one exists; used by --spec dflash and auto");
+  cmd->add_option("--spec-tree", o->spec_tree,
+                  "DFlash tree: auto (adapter if the drafter has one, else best), best, adapter, "
+                  "chain");
   cmd->add_option("--spec-budget", o->spec_budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();

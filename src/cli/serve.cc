@@ -81,6 +81,8 @@ void add_serve_command(CLI::App& app) {
   auto* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server");
   cmd->add_option("--model", o->model, "model name (e.g. smollm2-135m) or GGUF path")->required();
   cmd->add_option("--draft-model", o->draft_model, "smaller model with the same vocabulary");
+  cmd->add_option("--drafter", o->server.drafter_dir,
+                  "DFlash drafter directory (default: drafters/<model>/ when one exists)");
   cmd->add_option("--host", s.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "port (0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535))
@@ -101,9 +103,9 @@ void add_serve_command(CLI::App& app) {
       ->check(CLI::Range(0.1, 86400.0))
       ->capture_default_str();
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
-  cmd->add_option(
-         "--spec", o->spec,
-         "speculative decoding: auto (drafts while it measurably pays: the draft model if one is given, else n-gram), draft, ngram, none")
+  cmd->add_option("--spec", o->spec,
+                  "speculative decoding: auto (drafts while it measurably pays: the draft model if "
+                  "one is given, else n-gram), draft, ngram, none")
       ->capture_default_str();
   cmd->add_option("--spec-budget", s.spec.budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))

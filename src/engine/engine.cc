@@ -36,6 +36,21 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
                                                  **draft_tokenizer,
                                                  engine->draft_model_->config()));
   }
+  if (!options.drafter_dir.empty()) {
+    auto dflash = DflashModel::load(options.drafter_dir, *engine->model_);
+    if (!dflash.ok()) return dflash.status().with_context("drafter " + options.drafter_dir);
+    engine->dflash_ = std::move(dflash).value();
+  } else if (options.find_drafter) {
+    const std::string dir = find_drafter_dir(model_path);
+    if (!dir.empty()) {
+      auto dflash = DflashModel::load(dir, *engine->model_);
+      if (dflash.ok()) {
+        engine->dflash_ = std::move(dflash).value();
+      } else {
+        engine->drafter_note_ = dflash.status().message();
+      }
+    }
+  }
   engine->pool_ =
       std::make_unique<ThreadPool>(options.threads > 0 ? options.threads : default_thread_count());
   engine->load_ms_ =

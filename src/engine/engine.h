@@ -7,6 +7,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "speculative/dflash_model.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
@@ -24,6 +25,11 @@ struct EngineOptions {
   // none. Checked for vocabulary compatibility at load.
   std::string draft_model_path;
   ModelPlacement placement;  // empty = run on the CPU
+  // A DFlash drafter directory (--drafter): loaded and checked against the model, an error if
+  // it does not fit. Empty: drafters/<model file stem>/ is used when one is found (see
+  // find_drafter_dir) and fits; otherwise none.
+  std::string drafter_dir;
+  bool find_drafter = true;
 };
 
 class Engine {
@@ -35,6 +41,10 @@ class Engine {
   const Model& model() const { return *model_; }
   // nullptr without a draft model. Sessions of this engine draft with it one at a time.
   Model* draft_model() { return draft_model_.get(); }
+  // nullptr without a DFlash drafter. Shared by the sessions (each keeps its own state).
+  const DflashModel* dflash() const { return dflash_.get(); }
+  // Why a discovered drafter was not used (empty when none was found or it loaded).
+  const std::string& drafter_note() const { return drafter_note_; }
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   ThreadPool& pool() { return *pool_; }
   double load_ms() const { return load_ms_; }
@@ -42,6 +52,8 @@ class Engine {
  private:
   std::unique_ptr<Model> model_;
   std::unique_ptr<Model> draft_model_;
+  std::unique_ptr<DflashModel> dflash_;
+  std::string drafter_note_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<ThreadPool> pool_;
   double load_ms_ = 0;

@@ -84,14 +84,18 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
   SALVO_ASSIGN_OR_RETURN(Sampler sampler,
                          Sampler::create(request.sampling, model_.config().n_vocab));
   SALVO_RETURN_IF_ERROR(request.spec.validate());
-  if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed) {
+  if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed ||
+      drafter_tree_ != request.spec.tree) {
     SALVO_ASSIGN_OR_RETURN(drafter_,
                            make_drafter(request.spec.mode, {.n_vocab = tokenizer_.n_vocab(),
                                                             .seed = request.sampling.seed,
                                                             .draft_model = draft_model_,
                                                             .pool = draft_pool_,
-                                                            .context_size = context_size()}));
+                                                            .context_size = context_size(),
+                                                            .dflash = dflash_,
+                                                            .tree = request.spec.tree}));
     drafter_mode_ = request.spec.mode;
+    drafter_tree_ = request.spec.tree;
     drafter_seed_ = request.sampling.seed;
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
   }
@@ -106,7 +110,11 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
   cancelled_ = false;
   tree_.clear();
 
-  const int common = common_prefix(request.prompt);
+  int common = common_prefix(request.prompt);
+  // A drafter fed with hidden states must see every committed position: recompute what it lacks.
+  if (drafter_ && !drafter_->hidden_layers().empty()) {
+    common = std::min(common, static_cast<int>(drafter_->observed()));
+  }
   kv_.truncate(seq_id_, common);
   history_.assign(request.prompt.begin(), request.prompt.end());
   result_.stats.prompt_tokens = n_prompt;
@@ -120,6 +128,14 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
 
 int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   SALVO_CHECK(active());
+  pass_first_row_ = batch.size();
+  if (drafter_ && !drafter_->hidden_layers().empty()) {
+    const std::span<const int32_t> layers = drafter_->hidden_layers();
+    if (batch.hidden_layers.empty()) batch.hidden_layers.assign(layers.begin(), layers.end());
+    // Sequences sharing a pass share the engine and so its drafter's layers.
+    SALVO_CHECK(std::equal(layers.begin(), layers.end(), batch.hidden_layers.begin(),
+                           batch.hidden_layers.end()));
+  }
   if (phase_ == Phase::kPrefill) {
     const int total = static_cast<int>(history_.size());
     pass_prefill_ = std::min(std::max(1, max_prefill_rows), total - prefilled_);
@@ -142,8 +158,7 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
     tree_ = drafter_->propose(history_, size.budget, size.depth);
     pass_draft_ms_ = ms_since(draft_start);
     stats.draft_ms += pass_draft_ms_;
-    SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget &&
-                tree_.max_depth() <= size.depth);
+    SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget && tree_.max_depth() <= size.depth);
   }
   const int first_row = batch.size();
   append_draft_rows(tree_, root_, committed, seq_id_, batch);
@@ -199,10 +214,29 @@ bool Sequence::emit_token(int32_t token) {
   return stats.generated_tokens == max_new_;  // no logits needed after the last token
 }
 
-void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
+void Sequence::observe_rows(std::span<const float> hidden, std::span<const int32_t> rows,
+                            int32_t first) {
+  if (!drafter_ || drafter_->hidden_layers().empty() || hidden.empty()) return;
+  const size_t width = drafter_->hidden_layers().size() * model_.config().n_embd;
+  std::vector<float> features(rows.size() * width);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const size_t row = static_cast<size_t>(pass_first_row_ + rows[i]);
+    SALVO_CHECK((row + 1) * width <= hidden.size());
+    std::copy_n(hidden.data() + row * width, width, features.data() + i * width);
+  }
+  drafter_->observe(first, static_cast<int32_t>(rows.size()), features.data());
+}
+
+void Sequence::finish_pass(std::span<const float> logits, double pass_ms,
+                           std::span<const float> hidden) {
   SALVO_CHECK(active());
   GenerationStats& stats = result_.stats;
   if (phase_ == Phase::kPrefill) {
+    if (!hidden.empty() && drafter_ && !drafter_->hidden_layers().empty()) {
+      std::vector<int32_t> rows(pass_prefill_);
+      for (int i = 0; i < pass_prefill_; ++i) rows[i] = i;
+      observe_rows(hidden, rows, prefilled_);
+    }
     kv_.commit_prefix(seq_id_, pass_prefill_);
     prefilled_ += pass_prefill_;
     if (prefilled_ < static_cast<int>(history_.size())) return;
@@ -216,8 +250,10 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
     return;
   }
   ++stats.forward_passes;
+  const int32_t root_position = static_cast<int32_t>(history_.size()) - 1;
   const AcceptResult accepted = verifier_.accept(tree_, logits, *sampler_, history_);
   kv_.commit(seq_id_, accepted.kept_rows());
+  observe_rows(hidden, accepted.kept_rows(), root_position);
   SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));
   record_acceptance(tree_, accepted, stats);
   const int n_accepted = static_cast<int>(accepted.path.size());

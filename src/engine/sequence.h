@@ -24,6 +24,7 @@
 #include "models/token_batch.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_strings.h"
+#include "speculative/dflash_model.h"
 #include "speculative/drafter.h"
 #include "speculative/spec_policy.h"
 #include "speculative/verifier.h"
@@ -78,7 +79,6 @@ struct GenerationResult {
 // Receives each newly emitted text piece; returning false cancels the generation.
 using TextCallback = std::function<bool(const std::string& piece)>;
 
-
 class Sequence {
  public:
   Sequence(Model& model, const Tokenizer& tokenizer, KvCache& kv, int seq_id);
@@ -88,6 +88,13 @@ class Sequence {
   // outlive the sequence. Takes effect at the next start() that creates its drafter.
   void set_draft_model(Model* draft_model, ThreadPool* pool) {
     draft_model_ = draft_model;
+    draft_pool_ = pool;
+    drafter_.reset();
+  }
+  // The DFlash drafter --spec dflash (and auto, first) drafts with, run on `pool`; both must
+  // outlive the sequence.
+  void set_dflash_model(const DflashModel* dflash, ThreadPool* pool) {
+    dflash_ = dflash;
     draft_pool_ = pool;
     drafter_.reset();
   }
@@ -105,10 +112,14 @@ class Sequence {
 
   // Appends the rows of the next pass: a prefill chunk of at most `max_prefill_rows` rows
   // (at least one), or the root and its draft tree. Returns how many rows want logits.
+  // A drafter that reads the target's hidden states sets batch.hidden_layers.
   int add_rows(TokenBatch& batch, int max_prefill_rows);
   // `logits`: [rows that wanted logits, n_vocab] of this sequence's rows in the last pass.
   // `pass_ms`: the time of that pass (what the speculation policy weighs drafting against).
-  void finish_pass(std::span<const float> logits, double pass_ms);
+  // `hidden`: the whole batch's hidden states when it asked for them
+  // ([batch rows, hidden_layers.size() * n_embd]); the sequence reads its own rows.
+  void finish_pass(std::span<const float> logits, double pass_ms,
+                   std::span<const float> hidden = {});
   // The pass failed: forget its rows; the sequence stays usable for a new start().
   void abort_pass();
   // Ends the generation before the next pass (client gone, time limit): `reason` becomes
@@ -125,6 +136,9 @@ class Sequence {
   void emit(const std::string& piece);
   // Returns true when `token` ends the generation.
   bool emit_token(int32_t token);
+  // Hands the drafter the hidden states of this pass's rows `rows` (relative to the pass's
+  // first row), committed at positions first, first + 1, ...
+  void observe_rows(std::span<const float> hidden, std::span<const int32_t> rows, int32_t first);
   void finish();
 
   Model& model_;
@@ -135,8 +149,10 @@ class Sequence {
   // Kept across requests so an n-gram index only has to learn the new tokens.
   std::unique_ptr<Drafter> drafter_;
   Model* draft_model_ = nullptr;
+  const DflashModel* dflash_ = nullptr;
   ThreadPool* draft_pool_ = nullptr;
   SpecMode drafter_mode_ = SpecMode::kNone;
+  SpecTree drafter_tree_ = SpecTree::kAuto;
   uint64_t drafter_seed_ = 0;
   SpecPolicy policy_;  // measured costs and gains of drafting on this backend
   Verifier verifier_;
@@ -157,6 +173,7 @@ class Sequence {
   DraftTree tree_;        // the draft of the pass in flight
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
+  int pass_first_row_ = 0;  // this sequence's first row in the pass's batch
   bool cancelled_ = false;
 };
 

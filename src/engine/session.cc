@@ -21,12 +21,13 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
     batch_.clear();
     sequence_.add_rows(batch_, prefill_chunk_);
     const auto pass_start = Clock::now();
-    if (Status st = model_.forward(pool_, batch_, kv_, logits_); !st.ok()) {
+    if (Status st = model_.forward(pool_, batch_, kv_, logits_, &hidden_); !st.ok()) {
       sequence_.abort_pass();
       return st;
     }
     sequence_.finish_pass(
-        logits_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count());
+        logits_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
+        batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_));
   }
   return sequence_.take_result();
 }

@@ -24,6 +24,8 @@ class Session {
   int context_size() const { return kv_.capacity(); }
   // The model --spec draft (and auto) drafts with; it must outlive the session.
   void set_draft_model(Model* draft_model) { sequence_.set_draft_model(draft_model, &pool_); }
+  // The DFlash drafter --spec dflash (and auto) drafts with; it must outlive the session.
+  void set_dflash_model(const DflashModel* dflash) { sequence_.set_dflash_model(dflash, &pool_); }
   const std::vector<int32_t>& history() const { return sequence_.history(); }
 
   Expected<GenerationResult> generate(const GenerateRequest& request, const TextCallback& on_text);
@@ -35,6 +37,7 @@ class Session {
   int prefill_chunk_;
   Sequence sequence_;  // seq 0 of kv_
   std::vector<float> logits_;
+  std::vector<float> hidden_;
   TokenBatch batch_;
 };
 

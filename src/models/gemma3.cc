@@ -31,7 +31,7 @@ class Gemma3Model : public Model {
 
  protected:
   void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                      std::vector<float>& logits) override;
+                      std::vector<float>& logits, float* hidden) override;
 
  private:
   WeightView token_embd_;
@@ -79,7 +79,7 @@ Expected<std::unique_ptr<Model>> Gemma3Model::load(std::unique_ptr<GgufFile> ggu
 }
 
 void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                                 std::vector<float>& logits) {
+                                 std::vector<float>& logits, float* hidden) {
   const ModelConfig& c = config_;
   const int64_t n = batch.size();
   Scratch& s = s_;
@@ -110,6 +110,7 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
     linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
     ops::rms_norm(s.h.data(), l.post_ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
+    capture_hidden(batch, il, s.x.data(), c.n_embd, hidden);
   }
   output_logits(pool, batch, s.x.data(), c.n_embd, output_norm_, c.rms_eps, token_embd_, s, logits);
 }

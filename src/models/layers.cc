@@ -136,6 +136,18 @@ void rope_and_attend(ThreadPool& pool, const ModelConfig& c, int layer, const To
                         .window = window});
 }
 
+void capture_hidden(const TokenBatch& batch, int layer, const float* x, int n_embd, float* hidden) {
+  if (hidden == nullptr) return;
+  const size_t k = batch.hidden_layers.size();
+  for (size_t slot = 0; slot < k; ++slot) {
+    if (batch.hidden_layers[slot] != layer) continue;
+    for (int32_t r = 0; r < batch.size(); ++r) {
+      std::memcpy(hidden + (r * k + slot) * n_embd, x + static_cast<size_t>(r) * n_embd,
+                  n_embd * sizeof(float));
+    }
+  }
+}
+
 void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
                    const float* norm, float eps, const WeightView& head, Scratch& s,
                    std::vector<float>& logits) {

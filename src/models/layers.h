@@ -76,6 +76,10 @@ void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchL
 void rope_and_attend(ThreadPool& pool, const ModelConfig& c, int layer, const TokenBatch& batch,
                      KvCache& kv, Scratch& s, float rope_base, int window);
 
+// Copies x ([n_rows, n_embd], the output of block `layer`) into the columns of `hidden`
+// ([n_rows, hidden_layers.size() * n_embd]) of every position where `layer` is listed.
+void capture_hidden(const TokenBatch& batch, int layer, const float* x, int n_embd, float* hidden);
+
 // The final norm and LM head on the rows that want logits.
 void output_logits(ThreadPool& pool, const TokenBatch& batch, const float* x, int n_embd,
                    const float* norm, float eps, const WeightView& head, Scratch& s,

@@ -43,7 +43,7 @@ Expected<std::unique_ptr<Model>> LlamaModel::load(std::unique_ptr<GgufFile> gguf
 }
 
 void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                                std::vector<float>& logits) {
+                                std::vector<float>& logits, float* hidden) {
   const ModelConfig& c = config_;
   const int64_t n = batch.size();
   Scratch& s = s_;
@@ -67,6 +67,7 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     ops::silu_mul(s.gate.data(), s.up.data(), n * c.n_ff);
     linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
+    capture_hidden(batch, il, s.x.data(), c.n_embd, hidden);
   }
   output_logits(pool, batch, s.x.data(), c.n_embd, output_norm_, c.rms_eps, output_, s, logits);
 }

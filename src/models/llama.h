@@ -28,10 +28,12 @@ class LlamaModel : public Model {
   const WeightView& output() const { return output_; }
   const float* output_norm() const { return output_norm_; }
   const std::vector<LlamaLayer>& layers() const { return layers_; }
+  const WeightView* embedding_table() const override { return &token_embd_; }
+  const WeightView* lm_head() const override { return &output_; }
 
  protected:
   void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                      std::vector<float>& logits) override;
+                      std::vector<float>& logits, float* hidden) override;
 
  private:
   WeightView token_embd_;

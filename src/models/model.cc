@@ -7,7 +7,7 @@
 namespace salvo {
 
 Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                      std::vector<float>& logits) {
+                      std::vector<float>& logits, std::vector<float>* hidden) {
   const int32_t n = batch.size();
   if (n == 0) return Status::error("empty batch");
   if (batch.positions.size() != static_cast<size_t>(n) ||
@@ -16,6 +16,22 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
       batch.subtree_end.size() != static_cast<size_t>(n) ||
       batch.want_logits.size() != static_cast<size_t>(n)) {
     return Status::error("malformed batch: field lengths differ");
+  }
+  float* hidden_rows = nullptr;
+  if (!batch.hidden_layers.empty()) {
+    if (hidden == nullptr) return Status::error("the batch asks for hidden states but no buffer");
+    if (!returns_hidden_states()) {
+      return Status::error(std::string("the ") + backend_name() +
+                           " backend cannot return hidden states (needed by the DFlash drafter)");
+    }
+    for (int32_t layer : batch.hidden_layers) {
+      if (layer < 0 || layer >= config_.n_layer) {
+        return Status::error("hidden state of layer " + std::to_string(layer) +
+                             " requested; the model has " + std::to_string(config_.n_layer));
+      }
+    }
+    hidden->assign(static_cast<size_t>(n) * batch.hidden_layers.size() * config_.n_embd, 0.0f);
+    hidden_rows = hidden->data();
   }
   std::vector<int32_t> rows_per_seq(kv.n_seq(), 0);
   for (int32_t r = 0; r < n; ++r) {
@@ -36,7 +52,7 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
   for (int seq = 0; seq < kv.n_seq(); ++seq) {
     SALVO_RETURN_IF_ERROR(kv.reserve_suffix(seq, rows_per_seq[seq]));
   }
-  forward_layers(pool, batch, kv, logits);
+  forward_layers(pool, batch, kv, logits, hidden_rows);
   return Status();
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cpu/matmul.h"
 #include "io/gguf.h"
 #include "models/config.h"
 #include "models/kv_cache.h"
@@ -30,13 +31,24 @@ class Model {
   // Runs every row of the batch. K/V of each row are written to the suffix region of its
   // sequence in `kv` (nothing is committed here: the caller commits what it keeps). Logits of
   // the rows with want_logits are written to `logits` as [n_logit_rows, n_vocab], in row order.
+  // With batch.hidden_layers, the outputs of those blocks for every row go to `hidden` as
+  // [n_rows, hidden_layers.size() * n_embd] (required then).
   // Not thread-safe: one forward at a time per model (the scratch lives in the model).
-  Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                 std::vector<float>& logits);
+  Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits,
+                 std::vector<float>* hidden = nullptr);
+
+  // Whether forward() can return hidden states (batch.hidden_layers).
+  virtual bool returns_hidden_states() const { return true; }
+  // The token embedding table and the LM head ([n_vocab, n_embd] each) for drafters that share
+  // them (DFlash); null where the architecture does not expose them.
+  virtual const WeightView* embedding_table() const { return nullptr; }
+  virtual const WeightView* lm_head() const { return nullptr; }
 
  protected:
+  // hidden: [n_rows, hidden_layers.size() * n_embd] sized by forward(), or null when the batch
+  // asks for none.
   virtual void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                              std::vector<float>& logits) = 0;
+                              std::vector<float>& logits, float* hidden) = 0;
   // For a model that runs another's weights elsewhere: the same config, file and figures.
   void share_file_and_config(const Model& other) {
     config_ = other.config_;

@@ -20,6 +20,10 @@ struct TokenBatch {
   std::vector<int32_t> parents;      // batch row of the parent; -1 = the last committed token
   std::vector<int32_t> subtree_end;  // last batch row of this row's subtree (DFS order)
   std::vector<uint8_t> want_logits;  // rows whose logits the caller reads
+  // Target blocks whose outputs (the residual stream after block l, before the final norm) the
+  // caller reads for every row, e.g. a DFlash drafter's features: [n, size * n_embd], in this
+  // order. Empty: none.
+  std::vector<int32_t> hidden_layers;
 
   int32_t size() const { return static_cast<int32_t>(tokens.size()); }
   bool empty() const { return tokens.empty(); }
@@ -30,6 +34,7 @@ struct TokenBatch {
     parents.clear();
     subtree_end.clear();
     want_logits.clear();
+    hidden_layers.clear();
   }
 
   // Appends a chain of tokens for one sequence starting at absolute position `start`:

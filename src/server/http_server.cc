@@ -451,8 +451,10 @@ void HttpServer::Impl::routes() {
 
 void HttpServer::Impl::load() {
   auto loaded_engine =
-      Engine::load(options.model_path,
-                   {.threads = options.threads, .draft_model_path = options.draft_model_path});
+      Engine::load(options.model_path, {.threads = options.threads,
+                                        .draft_model_path = options.draft_model_path,
+                                        .placement = {},
+                                        .drafter_dir = options.drafter_dir});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;

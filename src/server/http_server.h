@@ -14,6 +14,7 @@ struct ServerOptions {
   std::string model_id;          // the name /v1/models lists and requests must use
   std::string model_path;        // GGUF file
   std::string draft_model_path;  // empty = none; else drafts under --spec draft and auto
+  std::string drafter_dir;       // DFlash drafter; empty = drafters/<model>/ when one exists
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 = any free port
   int parallel = 4;

@@ -50,6 +50,7 @@ Scheduler::Scheduler(Engine& engine, const SchedulerOptions& options, Metrics& m
     auto sequence = std::make_unique<Sequence>(engine.model(), engine.tokenizer(), kv_, i);
     // Slots take turns with the draft model: the scheduler steps them one at a time.
     sequence->set_draft_model(engine.draft_model(), &engine.pool());
+    if (engine.dflash() != nullptr) sequence->set_dflash_model(engine.dflash(), &engine.pool());
     slots_.push_back({std::move(sequence), nullptr, -1});
   }
   thread_ = std::thread([this] { run(); });
@@ -137,7 +138,7 @@ void Scheduler::finalize(Slot& slot) {
 
 void Scheduler::run() {
   TokenBatch batch;
-  std::vector<float> logits;
+  std::vector<float> logits, hidden;
   std::vector<int> order;  // slots in the order their rows entered the batch
   const int n_vocab = engine_.model().config().n_vocab;
   while (true) {
@@ -193,7 +194,7 @@ void Scheduler::run() {
     if (batch.empty()) continue;
 
     const auto pass_start = Clock::now();
-    Status status = engine_.model().forward(engine_.pool(), batch, kv_, logits);
+    Status status = engine_.model().forward(engine_.pool(), batch, kv_, logits, &hidden);
     const double pass_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count();
     metrics_.record_pass(batch.size(), static_cast<int>(order.size()));
@@ -209,7 +210,9 @@ void Scheduler::run() {
       }
       const size_t n = static_cast<size_t>(slot.logit_rows) * n_vocab;
       SALVO_CHECK(offset + n <= logits.size());
-      slot.sequence->finish_pass(std::span<const float>(logits.data() + offset, n), pass_ms);
+      slot.sequence->finish_pass(
+          std::span<const float>(logits.data() + offset, n), pass_ms,
+          batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden));
       offset += n;
       if (slot.sequence->done()) finalize(slot);
     }

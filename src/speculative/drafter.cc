@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <random>
 
+#include "speculative/dflash_drafter.h"
 #include "speculative/draft_model_drafter.h"
 #include "speculative/ngram_drafter.h"
 
@@ -15,7 +16,17 @@ constexpr struct {
 } kSpecModeNames[] = {
     {SpecMode::kNone, "none"}, {SpecMode::kNgram, "ngram"},   {SpecMode::kDraft, "draft"},
     {SpecMode::kAuto, "auto"}, {SpecMode::kRandom, "random"}, {SpecMode::kWrong, "wrong"},
-    {SpecMode::kDeep, "deep"},
+    {SpecMode::kDeep, "deep"}, {SpecMode::kDflash, "dflash"},
+};
+
+constexpr struct {
+  SpecTree tree;
+  const char* name;
+} kSpecTreeNames[] = {
+    {SpecTree::kAuto, "auto"},
+    {SpecTree::kBest, "best"},
+    {SpecTree::kAdapter, "adapter"},
+    {SpecTree::kChain, "chain"},
 };
 
 // The token that followed the most recent earlier occurrence of context[at], or -1. A cheap
@@ -130,12 +141,27 @@ Expected<SpecMode> parse_spec_mode(const std::string& name) {
     if (name == entry.name) return entry.mode;
   }
   return Status::error("unknown speculation mode '" + name +
-                       "' (expected none, ngram, draft or auto)");
+                       "' (expected none, ngram, draft, dflash or auto)");
 }
 
 const char* spec_mode_name(SpecMode mode) {
   for (const auto& entry : kSpecModeNames) {
     if (mode == entry.mode) return entry.name;
+  }
+  return "?";
+}
+
+Expected<SpecTree> parse_spec_tree(const std::string& name) {
+  for (const auto& entry : kSpecTreeNames) {
+    if (name == entry.name) return entry.tree;
+  }
+  return Status::error("unknown speculation tree '" + name +
+                       "' (expected auto, best, adapter or chain)");
+}
+
+const char* spec_tree_name(SpecTree tree) {
+  for (const auto& entry : kSpecTreeNames) {
+    if (tree == entry.tree) return entry.name;
   }
   return "?";
 }
@@ -161,13 +187,23 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
     case SpecMode::kNgram:
       drafter = std::make_unique<NgramDrafter>();
       break;
+    case SpecMode::kDflash:
+      if (r.dflash == nullptr || r.pool == nullptr) {
+        return Status::error(
+            "speculation mode 'dflash' needs a DFlash drafter (--drafter DIR, or "
+            "drafters/<model>/)");
+      }
+      drafter = std::make_unique<DflashDrafter>(*r.dflash, *r.pool, r.n_vocab, r.tree);
+      break;
     case SpecMode::kDraft:
       if (!has_model) {
         return Status::error("speculation mode 'draft' needs a draft model (--draft-model)");
       }
       [[fallthrough]];
     case SpecMode::kAuto:
-      if (has_model) {
+      if (mode == SpecMode::kAuto && r.dflash != nullptr && r.pool != nullptr) {
+        drafter = std::make_unique<DflashDrafter>(*r.dflash, *r.pool, r.n_vocab, r.tree);
+      } else if (has_model) {
         drafter = std::make_unique<DraftModelDrafter>(
             *r.draft_model, *r.pool, r.n_vocab, DraftModelOptions{.context_size = r.context_size});
       } else {

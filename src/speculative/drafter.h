@@ -3,6 +3,7 @@
 // only make decoding faster or slower, never different: correctness does not depend on it.
 #pragma once
 
+#include <climits>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -22,20 +23,35 @@ enum class SpecMode {
   // The draft model when there is one, else n-gram drafting on matches of at least two tokens;
   // SpecPolicy sizes the trees from measured acceptance and costs and drafts only while it pays.
   kAuto,
+  // A DFlash block drafter (drafters/<model>/ or --drafter): a few layers on the target's
+  // hidden states draft a whole block in one pass; a tree is built from its distributions.
+  kDflash,
   // Adversarial drafters for the equality tests: output must not change whatever they propose.
   kRandom,  // random tree shapes mixing plausible and random tokens, sometimes empty
   kWrong,   // random vocabulary tokens, essentially never accepted
   kDeep,    // one chain as deep as allowed, following the last bigram in the context
 };
 
-// Parses "none", "ngram", "draft", "auto", and the testing modes "random", "wrong", "deep".
+// Parses "none", "ngram", "draft", "auto", "dflash", and the testing modes "random", "wrong",
+// "deep".
 Expected<SpecMode> parse_spec_mode(const std::string& name);
 const char* spec_mode_name(SpecMode mode);
+
+// How a DFlash drafter turns its per-depth distributions into a tree (--spec-tree).
+enum class SpecTree {
+  kAuto,     // adapter when the drafter has one, else best
+  kBest,     // best-first on cumulative marginal log-probability
+  kAdapter,  // best-first with children rescored by the adapter given the parent's token
+  kChain,    // each depth's most likely token
+};
+Expected<SpecTree> parse_spec_tree(const std::string& name);
+const char* spec_tree_name(SpecTree tree);
 
 struct SpecOptions {
   SpecMode mode = SpecMode::kAuto;  // drafts only while it pays (SpecPolicy)
   int budget = 16;                  // tree nodes per verification pass, not counting the root
   int depth = 8;                    // deepest node below the root
+  SpecTree tree = SpecTree::kAuto;  // DFlash only
 
   Status validate() const;
 };
@@ -49,15 +65,31 @@ class Drafter {
   // `budget` nodes, none deeper than `max_depth`. Consecutive calls usually see the previous
   // context extended, which lets drafters update their state incrementally.
   virtual DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) = 0;
+
+  // Drafters conditioned on the target's hidden states (DFlash): the target blocks whose
+  // outputs they read. The Sequence then asks every pass for them and calls observe() with
+  // the committed rows: the prompt rows after each prefill chunk, the root and the accepted
+  // path after each verification.
+  virtual std::span<const int32_t> hidden_layers() const { return {}; }
+  // Features of committed positions [first, first + n): [n, hidden_layers().size() * n_embd].
+  // What the drafter held from `first` on is replaced.
+  virtual void observe(int32_t first, int32_t n, const float* features) {}
+  // How many leading positions the drafter holds features for (a cached prompt prefix is
+  // reused only that far).
+  virtual int32_t observed() const { return INT32_MAX; }
 };
+
+class DflashModel;
 
 // What drafters may need besides the mode.
 struct DrafterResources {
-  int32_t n_vocab = 0;           // ids the drafters may propose (the tokenizer's vocabulary)
-  uint64_t seed = 0;             // makes the testing drafters reproducible
-  Model* draft_model = nullptr;  // for kDraft (required) and kAuto (optional)
-  ThreadPool* pool = nullptr;    // runs the draft model
-  int context_size = 4096;       // of the session: the draft model's cache matches it
+  int32_t n_vocab = 0;                  // ids the drafters may propose (the tokenizer's vocabulary)
+  uint64_t seed = 0;                    // makes the testing drafters reproducible
+  Model* draft_model = nullptr;         // for kDraft (required) and kAuto (optional)
+  ThreadPool* pool = nullptr;           // runs the draft model
+  int context_size = 4096;              // of the session: the draft model's cache matches it
+  const DflashModel* dflash = nullptr;  // for kDflash (required) and kAuto (preferred)
+  SpecTree tree = SpecTree::kAuto;
 };
 
 // The drafter for `mode` (nullptr for kNone). kDraft without a draft model is an error.

@@ -22,6 +22,7 @@ Architectures:
 
 Public API:
   forward(model_path, tokens) -> float32 [n_tokens, n_vocab]   (causal, positions 0..n-1)
+  hidden_states(model_path, tokens, layers) -> (logits, float32 [n_tokens, len(layers) * n_embd])
   load_config(model_path) -> Config
 """
 
@@ -320,7 +321,9 @@ def _linear(W: _Weights, x: np.ndarray, name: str, bias: bool = False, emulate: 
     return y
 
 
-def _forward(model_path: str, tokens: tuple[int, ...], emulate: bool = False) -> np.ndarray:
+def _forward(model_path: str, tokens: tuple[int, ...], emulate: bool = False,
+             capture: tuple[int, ...] = ()):
+    """Logits [n, n_vocab]; with `capture`, also the outputs of those blocks [n, k * n_embd]."""
     W = _weights_for(model_path)
     cfg = W.config
     n = len(tokens)
@@ -335,6 +338,7 @@ def _forward(model_path: str, tokens: tuple[int, ...], emulate: bool = False) ->
     if gemma:
         x *= math.sqrt(cfg.n_embd)
 
+    captured = {}
     for il in range(cfg.n_layer):
         p = f"blk.{il}."
         h = rms_norm(x, W.get(p + "attn_norm.weight"), cfg.rms_eps)
@@ -371,6 +375,8 @@ def _forward(model_path: str, tokens: tuple[int, ...], emulate: bool = False) ->
         if gemma:
             ffn = rms_norm(ffn, W.get(p + "post_ffw_norm.weight"), cfg.rms_eps)
         x = x + ffn
+        if il in capture:
+            captured[il] = x.copy()
 
     x = rms_norm(x, W.get("output_norm.weight"), cfg.rms_eps)
     head = "output.weight" if W.has("output.weight") else "token_embd.weight"
@@ -379,6 +385,9 @@ def _forward(model_path: str, tokens: tuple[int, ...], emulate: bool = False) ->
     logits = W.matmul_t(x, head)
     if cfg.final_softcap > 0:
         logits = cfg.final_softcap * np.tanh(logits / cfg.final_softcap)
+    if capture:
+        hidden = np.concatenate([captured[il] for il in capture], axis=1)
+        return logits.astype(np.float32), hidden.astype(np.float32)
     return logits.astype(np.float32)
 
 
@@ -407,6 +416,13 @@ def _forward_cached(model_path: str, tokens: tuple[int, ...], emulate: bool) -> 
             os.replace(cache + ".tmp.npy", cache)
     out.setflags(write=False)
     return out
+
+
+def hidden_states(model_path: str, tokens: Sequence[int], layers: Sequence[int]):
+    """(logits [n, n_vocab], outputs of blocks `layers` [n, len(layers) * n_embd]) at positions
+    0..n-1: the residual stream after each listed block, before the final norm (not memoized)."""
+    return _forward(os.path.abspath(model_path), tuple(int(t) for t in tokens), False,
+                    tuple(int(l) for l in layers))
 
 
 def forward(model_path: str, tokens: Sequence[int], emulate_ggml: bool = False) -> np.ndarray:

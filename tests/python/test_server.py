@@ -566,3 +566,40 @@ def test_load_no_failures_and_flat_memory(server):
     assert not failures, failures[:5]
     assert done[0] >= 16
     assert rss["second"] - rss["first"] < 6 * 1024, rss
+
+
+def test_dflash_shared_passes_equal_plain_cli():
+    """A DFlash drafter (random weights) drafting for several slots at once: each sequence reads
+    its own rows' hidden states out of the shared pass; the text equals plain decoding's."""
+    import dflash_ref
+    with tempfile.TemporaryDirectory() as drafter:
+        dflash_ref.write_random_drafter(drafter, model_path_or_skip(MODEL), MODEL, block_size=8,
+                                        seed=5)
+        s = Server("--parallel", "3", "--ctx", str(CTX), "--timeout", "120", "--spec", "dflash",
+                   "--drafter", drafter, "--spec-budget", "6")
+        try:
+            client = s.client()
+            cases = [(p, kw) for p, kw in CONCURRENT_PROMPTS if kw in (SAMPLED, dict(temperature=0))]
+            with ThreadPoolExecutor(len(cases)) as pool:
+                together = list(pool.map(
+                    lambda c: chat(client, c[0], max_tokens=16, **c[1]).choices[0].message.content,
+                    cases))
+            sampled_flags = ["--temperature", "0.9", "--top-p", "0.95", "--top-k", "40",
+                             "--min-p", "0.05", "--seed", "1234"]
+            # Then one at a time: each reuses a slot's cached prefix (the chat template's head),
+            # and the drafter must hold features for exactly what it reuses.
+            alone = [chat(client, p, max_tokens=16, **kw).choices[0].message.content
+                     for p, kw in cases]
+            for (p, kw), text, text_alone in zip(cases, together, alone):
+                flags = sampled_flags if kw is SAMPLED else ["--temperature", "0"]
+                run = salvo_run_json(p, "--max-tokens", "16", "--spec", "none", *flags)
+                assert text == run["text"] and text_alone == run["text"], p
+            metrics = s.request("GET", "/metrics")[1]
+            drafted = float(re.search(r"^salvo_draft_tokens_total (\S+)", metrics, re.M).group(1))
+            sequences = float(re.search(r"^salvo_batch_sequences_total (\S+)", metrics, re.M).group(1))
+            passes = float(re.search(r"^salvo_forward_passes_total (\S+)", metrics, re.M).group(1))
+            cached = float(re.search(r"^salvo_cached_prompt_tokens_total (\S+)", metrics,
+                                     re.M).group(1))
+            assert drafted > 0 and sequences / passes > 1.0 and cached > 0, metrics
+        finally:
+            assert s.stop() == 0, s.stderr()

@@ -17,6 +17,12 @@ get exercised; at T>0 the target's samples often leave the draft's greedy path),
 qwen2.5-coder-0.5b drafting for qwen2.5-coder-1.5b (the pair the product uses) at T=0 on a few
 prompts. A mismatched vocabulary must be refused with an error naming the difference.
 
+DFlash drafting (--spec dflash) runs on smollm2-135m with the trained drafter when
+drafters/smollm2-135m/ exists, else with a random drafter (dflash_ref.py), at every sampling and
+with each tree builder (best-first, adapter, chain). A random drafter's drafts are rejected almost
+always, so that run checks that drafting, feeding the drafter hidden states and committing leave the
+text alone; the trained one also gets paths accepted.
+
 Cost: every configuration runs 20 prompts x 16 generated tokens in one process (the 1.5B pair:
 the first 4 prompts; adversarial drafters: every third prompt). Measured on a 2-core machine
 shared with ~10 other busy processes: the draft-model and adversarial tests took 41 min wall,
@@ -211,11 +217,43 @@ def test_stop_string_cuts_an_accepted_path_where_plain_decoding_stops():
         assert a["text"] == b["text"] and a["finish_reason"] == b["finish_reason"]
 
 
+@functools.lru_cache(maxsize=None)
+def dflash_drafter() -> tuple[str, bool]:
+    """(drafter directory for smollm2-135m, whether it is a trained one)."""
+    trained = os.path.join(os.path.dirname(__file__), "..", "..", "drafters", "smollm2-135m")
+    if os.path.exists(os.path.join(trained, "config.json")):
+        return os.path.abspath(trained), True
+    import dflash_ref
+    out = tempfile.mkdtemp(prefix="salvo_dflash_")
+    dflash_ref.write_random_drafter(out, model_path_or_skip("smollm2-135m"), "smollm2-135m",
+                                    block_size=8, seed=3)
+    return out, False
+
+
+# Every sampling meets a tree builder; the adversarial stride of prompts keeps it near a minute.
+DFLASH_CONFIGS = [("greedy", "best"), ("t0.7", "adapter"), ("t1.0", "chain")]
+
+
+@pytest.mark.parametrize("sampling, tree", DFLASH_CONFIGS)
+def test_dflash_equals_plain(sampling, tree):
+    drafter, trained = dflash_drafter()
+    plain = generate("smollm2-135m", sampling, "none", tuple(PROMPTS))[::ADVERSARIAL_STRIDE]
+    prompts = tuple(PROMPTS[::ADVERSARIAL_STRIDE])
+    spec = generate("smollm2-135m", sampling, "dflash", prompts,
+                    ("--drafter", drafter, "--spec-tree", tree, "--spec-budget", "8"))
+    assert_same_tokens(plain, spec, prompts, f"smollm2-135m {sampling} dflash {tree}")
+    # Drafting must really have happened, or the comparison would be vacuous.
+    assert sum(r["drafted_nodes"] for r in spec) > 0
+    if trained:
+        assert sum(r["accepted_draft_tokens"] for r in spec) > 0
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--spec", "eagle"], "unknown speculation mode 'eagle'"),
     (["--spec-budget", "-1"], "--spec-budget"),
     (["--spec-depth", "1000"], "--spec-depth"),
     (["--spec", "draft"], "--spec draft needs a draft model"),
+    (["--spec-tree", "wide"], "unknown speculation tree 'wide'"),
 ])
 def test_bad_speculation_flags_are_rejected(flags, message):
     proc = subprocess.run([salvo_bin_or_skip(), "run", "--model", "none.gguf", "-m", "x", *flags],

@@ -113,8 +113,12 @@ class CudaModel : public Model {
   }
 
  protected:
-  void forward_layers(ThreadPool&, const TokenBatch& batch, KvCache& kv,
-                      std::vector<float>& logits) override {
+  // Hidden states would need a device-to-host copy of the chosen layers' rows; until then
+  // Model::forward reports that this backend cannot return them (no DFlash drafting on CUDA).
+  bool returns_hidden_states() const override { return false; }
+
+  void forward_layers(ThreadPool&, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits,
+                      float*) override {
     const int n = batch.size();
     const int n_logits = batch.n_logit_rows();
     DeviceKvCache* dev_kv = attach_cache(kv);

@@ -1,0 +1,80 @@
+#include "speculative/dflash_drafter.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace salvo {
+namespace {
+
+// Siblings beyond this many per depth are never worth a verification row.
+constexpr int kMaxSiblings = 8;
+
+}  // namespace
+
+DflashDrafter::DflashDrafter(const DflashModel& model, ThreadPool& pool, int32_t n_tokens,
+                             SpecTree tree)
+    : model_(model), pool_(pool), n_tokens_(n_tokens), tree_(tree), state_(model.new_state()) {
+  if (tree_ == SpecTree::kAuto) tree_ = model.has_adapter() ? SpecTree::kAdapter : SpecTree::kBest;
+  if (tree_ == SpecTree::kAdapter && !model.has_adapter()) tree_ = SpecTree::kBest;
+}
+
+void DflashDrafter::observe(int32_t first, int32_t n, const float* features) {
+  // A gap (features the drafter never saw) leaves it short: it stops drafting until the
+  // sequence restarts from a prefix it holds, which Sequence::start arranges via observed().
+  if (first > state_.n_positions) return;
+  // Cannot fail past the check above; a failure would only stop drafting, never change output.
+  (void)model_.observe(pool_, state_, first, n, features).ok();
+}
+
+DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
+  const DflashConfig& c = model_.config();
+  max_depth = std::min(max_depth, c.max_depth());
+  if (context.empty() || budget <= 0 || max_depth <= 0) return {};
+  // The drafter must hold every committed position: the root sits right after them.
+  if (state_.n_positions != static_cast<int32_t>(context.size()) - 1) return {};
+  const int32_t root = context.back();
+  model_.draft_block(pool_, state_, root, max_depth, logits_);
+  const int32_t n_vocab = static_cast<int32_t>(logits_.size() / max_depth);
+  const int width =
+      tree_ == SpecTree::kAdapter ? std::max(c.adapter_top_k, 1) : std::min(budget, kMaxSiblings);
+  std::vector<Candidates> depths(max_depth);
+  for (int d = 0; d < max_depth; ++d) {
+    depths[d] = top_candidates(logits_.data() + static_cast<size_t>(d) * n_vocab, n_vocab,
+                               n_tokens_, tree_ == SpecTree::kChain ? 1 : width);
+  }
+  switch (tree_) {
+    case SpecTree::kChain:
+      return chain_tree(depths, budget, max_depth);
+    case SpecTree::kAdapter: {
+      // Children at depth d: the marginal top-k of depth d rescored given the parent's token,
+      // renormalised over those k.
+      std::vector<float> scores;
+      auto scorer = [&](int depth, int32_t parent_token) {
+        Candidates out = depths[depth - 1];
+        scores.resize(out.size());
+        model_.adapter_scores(state_.y.data() + static_cast<size_t>(depth) * c.n_embd, parent_token,
+                              out.tokens, scores.data());
+        float max_score = -INFINITY;
+        for (float s : scores) max_score = std::max(max_score, s);
+        double sum = 0;
+        for (float s : scores) sum += std::exp(static_cast<double>(s - max_score));
+        const float log_z = max_score + static_cast<float>(std::log(sum));
+        std::vector<size_t> order(out.size());
+        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+        std::stable_sort(order.begin(), order.end(),
+                         [&](size_t a, size_t b) { return scores[a] > scores[b]; });
+        Candidates sorted;
+        for (size_t i : order) {
+          sorted.tokens.push_back(out.tokens[i]);
+          sorted.logprobs.push_back(scores[i] - log_z);
+        }
+        return sorted;
+      };
+      return best_first_tree(scorer, root, budget, max_depth);
+    }
+    default:
+      return best_first_tree(depths, budget, max_depth);
+  }
+}
+
+}  // namespace salvo

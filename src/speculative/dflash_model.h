@@ -1,0 +1,117 @@
+// DflashModel: a DFlash block drafter, format "salvo-dflash" version 1 (shared with the trainer,
+// which writes drafters/<model>/; the config fields and tensor names are those load() reads,
+// PyTorch [out, in] matrices, no biases). A few transformer layers see the target's hidden
+// states at committed positions (projected by `fc`, normalised, turned into per-layer K/V once
+// per position) and a block of B inputs [root, MASK, ..., MASK] at positions p .. p+B-1 that
+// attend to every context key and to each other (non-causal). Row j's output, through the
+// drafter's final norm and the TARGET's LM head, is the drafter's distribution for the token at
+// p + j. It shares the target's embedding table and LM head (drafter n_embd == target n_embd).
+// Norms are RMSNorm; q and k get a per-head RMSNorm, then NEOX RoPE at absolute positions
+// (whatever the target's own RoPE mode); context K/V skip attn_norm. An optional adapter
+// rescores depth j's candidates given the previous token:
+// u = y_j + b silu(a_h y_j + a_e E(prev)), score(c) = lm_head_row(c) . u.
+//
+// Files: <dir>/config.json and <dir>/model.safetensors. Matrices are F32/F16/BF16 or I8 with a
+// per-row F32 `<name>.scale`; I8 ones become F16 (q * scale) at load, the rest and the
+// adapter's F32.
+// The weights are shared by every sequence; each sequence keeps its own DflashState.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "backends/cpu/matmul.h"
+#include "models/model.h"
+#include "util/status.h"
+#include "util/thread_pool.h"
+
+namespace salvo {
+
+struct DflashConfig {
+  std::string target_name, target_arch, target_sha256;
+  int target_n_embd = 0, target_n_vocab = 0, target_n_layer = 0;
+  std::vector<int32_t> target_layers;  // blocks whose outputs form the features, in order
+  int block_size = 0;                  // B: the root and B-1 drafted positions
+  int n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, head_dim = 0, n_ff = 0;
+  float rope_base = 10000.0f, rms_eps = 1e-6f;
+  int adapter_hidden = 0;  // 0: no adapter
+  int adapter_top_k = 0;
+
+  int feature_width() const { return static_cast<int>(target_layers.size()) * target_n_embd; }
+  int kv_width() const { return n_head_kv * head_dim; }
+  int max_depth() const { return block_size - 1; }
+};
+
+// The drafter directory for a model file: <d>/<file stem>/ holding a config.json, for d in
+// $SALVO_DRAFTERS, the source tree's drafters/, and <binary>/../share/salvo/drafters; "" if none.
+std::string find_drafter_dir(const std::string& model_path);
+
+// Parses and checks config.json; the error names the field.
+Expected<DflashConfig> parse_dflash_config(const std::string& json_text);
+
+// One sequence's drafter context: K/V of every committed position for every drafter layer,
+// plus the scratch of its passes.
+struct DflashState {
+  int32_t n_positions = 0;
+  std::vector<std::vector<float>> k, v;  // [layer][n_positions * kv_width]
+  // Scratch.
+  std::vector<float> c, x, h, q, kb, vb, attn, gate, up, y;
+  std::vector<int32_t> positions;
+  MatmulScratch matmul;
+};
+
+class DflashModel {
+ public:
+  // Loads <dir>/config.json and <dir>/model.safetensors and checks them against `target`
+  // (hidden size, vocabulary, layer count and indices, architecture); `target` must outlive it.
+  static Expected<std::unique_ptr<DflashModel>> load(const std::string& dir, const Model& target);
+
+  const DflashConfig& config() const { return config_; }
+  const std::string& dir() const { return dir_; }
+  bool has_adapter() const { return config_.adapter_hidden > 0; }
+
+  DflashState new_state() const;
+  // Positions [first, first + n) from their features ([n, feature_width]): the state is
+  // truncated to `first` positions, then extended. first > n_positions is an error (a gap).
+  Status observe(ThreadPool& pool, DflashState& state, int32_t first, int32_t n,
+                 const float* features) const;
+  // One draft pass for `root` at position state.n_positions. Leaves y_j (the final-normed
+  // outputs, [B, n_embd]) in state.y and writes logits_1..depth as [depth, n_vocab]
+  // (depth <= B-1: the LM head, the pass's largest cost, runs only on the depths drafted).
+  void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
+                   std::vector<float>& logits) const;
+  // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`
+  // ([n_embd]) given the previous token on the branch; `scores` gets one value per candidate.
+  void adapter_scores(const float* y_j, int32_t prev, std::span<const int32_t> candidates,
+                      float* scores) const;
+  // The same for every token of the vocabulary, for rows y [n, n_embd] with prev[n] (tests):
+  // [n, n_vocab].
+  void adapter_logits(ThreadPool& pool, const float* y, const int32_t* prev, int n,
+                      std::vector<float>& logits) const;
+
+ private:
+  struct Layer {
+    std::vector<float> attn_norm, q_norm, k_norm, ffn_norm;
+    WeightView q, k, v, o, gate, up, down;
+  };
+
+  // u = y + b silu(a_h y + a_e E(prev)) for one row, into `u` ([n_embd]).
+  void adapter_u(const float* y_j, int32_t prev, float* u) const;
+  void rope_heads(float* x, const int32_t* positions, int64_t n, int n_heads) const;
+
+  DflashConfig config_;
+  std::string dir_;
+  const WeightView* embedding_ = nullptr;           // the target's, [n_vocab, n_embd]
+  const WeightView* lm_head_ = nullptr;             // the target's, [n_vocab, n_embd]
+  std::vector<std::vector<float>> storage_;         // F32 matrices the views point into
+  std::vector<std::vector<uint16_t>> f16_storage_;  // F16 matrices (from I8 with row scales)
+  WeightView fc_;
+  std::vector<float> hidden_norm_, mask_embd_, output_norm_;
+  std::vector<Layer> layers_;
+  WeightView adapter_a_h_, adapter_a_e_, adapter_b_;
+};
+
+}  // namespace salvo

@@ -1,0 +1,113 @@
+#include "speculative/dflash_tree.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <queue>
+
+namespace salvo {
+
+Candidates top_candidates(const float* logits, int32_t n_vocab, int32_t n_tokens, int k) {
+  Candidates c;
+  const int32_t n = std::min(n_vocab, n_tokens);
+  if (n <= 0 || k <= 0) return c;
+  float max_logit = -INFINITY;
+  for (int32_t i = 0; i < n_vocab; ++i) max_logit = std::max(max_logit, logits[i]);
+  double sum = 0;
+  for (int32_t i = 0; i < n_vocab; ++i) sum += std::exp(static_cast<double>(logits[i] - max_logit));
+  const float log_z = max_logit + static_cast<float>(std::log(sum));
+  std::vector<int32_t> ids(n);
+  std::iota(ids.begin(), ids.end(), 0);
+  k = std::min<int>(k, n);
+  // Ties go to the lower id, so the tree does not depend on the sort's whims.
+  std::partial_sort(ids.begin(), ids.begin() + k, ids.end(), [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  });
+  for (int i = 0; i < k; ++i) {
+    c.tokens.push_back(ids[i]);
+    c.logprobs.push_back(logits[ids[i]] - log_z);
+  }
+  return c;
+}
+
+DraftTree chain_tree(std::span<const Candidates> depths, int budget, int max_depth) {
+  DraftTree tree;
+  int32_t parent = -1;
+  const int n = std::min({budget, max_depth, static_cast<int>(depths.size())});
+  for (int d = 0; d < n && depths[d].size() > 0; ++d)
+    parent = tree.add(parent, depths[d].tokens[0]);
+  return tree;
+}
+
+DraftTree best_first_tree(std::span<const Candidates> depths, int budget, int max_depth) {
+  return best_first_tree(
+      [&](int depth, int32_t) {
+        return depth - 1 < static_cast<int>(depths.size()) ? depths[depth - 1] : Candidates();
+      },
+      /*root_token=*/-1, budget, max_depth);
+}
+
+DraftTree best_first_tree(const ChildScorer& children, int32_t root_token, int budget,
+                          int max_depth) {
+  DraftTree tree;
+  if (budget <= 0 || max_depth <= 0) return tree;
+  struct Grown {
+    int32_t token;
+    int32_t parent;  // index into grown; -1 = root
+    int depth;
+    double score;  // cumulative log-probability
+    Candidates children;
+    std::vector<int32_t> kids;  // indices into grown, best first
+  };
+  struct Entry {
+    double score;
+    int32_t parent;  // index into grown; -1 = root
+    int rank;        // among the parent's children
+    bool operator<(const Entry& o) const {
+      // Max-heap on score; ties to the earlier parent and rank, for a deterministic tree.
+      if (score != o.score) return score < o.score;
+      if (parent != o.parent) return parent > o.parent;
+      return rank > o.rank;
+    }
+  };
+  std::vector<Grown> grown;
+  const Candidates root_children = children(1, root_token);
+  std::priority_queue<Entry> queue;
+  if (root_children.size() > 0) queue.push({root_children.logprobs[0], -1, 0});
+  std::vector<int32_t> root_kids;
+  while (static_cast<int>(grown.size()) < budget && !queue.empty()) {
+    const Entry e = queue.top();
+    queue.pop();
+    // Read what is needed of the parent before growing `grown` (which may move it).
+    const Candidates& siblings = e.parent < 0 ? root_children : grown[e.parent].children;
+    const int32_t token = siblings.tokens[e.rank];
+    const bool more_siblings = e.rank + 1 < static_cast<int>(siblings.size());
+    const double next_sibling_score =
+        more_siblings ? (e.parent < 0 ? 0.0 : grown[e.parent].score) + siblings.logprobs[e.rank + 1]
+                      : 0.0;
+    const int depth = e.parent < 0 ? 1 : grown[e.parent].depth + 1;
+    const int32_t index = static_cast<int32_t>(grown.size());
+    grown.push_back({token, e.parent, depth, e.score, {}, {}});
+    (e.parent < 0 ? root_kids : grown[e.parent].kids).push_back(index);
+    if (more_siblings) queue.push({next_sibling_score, e.parent, e.rank + 1});
+    if (depth < max_depth) {
+      Grown& node = grown[index];
+      node.children = children(depth + 1, node.token);
+      if (node.children.size() > 0) queue.push({node.score + node.children.logprobs[0], index, 0});
+    }
+  }
+  // DFS order: every subtree contiguous.
+  std::vector<std::pair<int32_t, int32_t>> stack;  // (grown index, tree parent)
+  for (auto it = root_kids.rbegin(); it != root_kids.rend(); ++it) stack.push_back({*it, -1});
+  while (!stack.empty()) {
+    const auto [g, parent] = stack.back();
+    stack.pop_back();
+    const int32_t node = tree.add(parent, grown[g].token);
+    for (auto it = grown[g].kids.rbegin(); it != grown[g].kids.rend(); ++it) {
+      stack.push_back({*it, node});
+    }
+  }
+  return tree;
+}
+
+}  // namespace salvo

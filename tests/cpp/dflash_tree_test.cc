@@ -1,0 +1,141 @@
+// The DFlash tree builders (dflash_tree.h) against brute force: with per-depth candidates whose
+// log-probabilities are negative, the `budget` best nodes by cumulative log-probability are
+// closed under ancestors, so the best-first tree must be exactly those nodes.
+#include "speculative/dflash_tree.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <random>
+#include <vector>
+
+namespace salvo {
+namespace {
+
+using Path = std::vector<int32_t>;  // tokens from depth 1 down
+
+// Every node's token path.
+std::vector<Path> paths_of(const DraftTree& tree) {
+  std::vector<Path> paths;
+  for (const DraftNode& n : tree.nodes()) {
+    Path p = n.parent < 0 ? Path{} : paths[n.parent];
+    p.push_back(n.token);
+    paths.push_back(p);
+  }
+  return paths;
+}
+
+// All nodes up to max_depth with their scores, under `children`, best `budget` of them.
+std::vector<Path> brute_force(const ChildScorer& children, int32_t root, int budget,
+                              int max_depth) {
+  std::vector<std::pair<double, Path>> all;
+  std::vector<std::pair<double, Path>> frontier = {{0.0, {}}};
+  for (int depth = 1; depth <= max_depth; ++depth) {
+    std::vector<std::pair<double, Path>> next;
+    for (const auto& [score, path] : frontier) {
+      const Candidates c = children(depth, path.empty() ? root : path.back());
+      for (size_t i = 0; i < c.size(); ++i) {
+        Path p = path;
+        p.push_back(c.tokens[i]);
+        next.push_back({score + c.logprobs[i], p});
+      }
+    }
+    all.insert(all.end(), next.begin(), next.end());
+    frontier = next;
+  }
+  std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<Path> best;
+  for (int i = 0; i < budget && i < static_cast<int>(all.size()); ++i)
+    best.push_back(all[i].second);
+  std::sort(best.begin(), best.end());
+  return best;
+}
+
+Candidates random_candidates(std::mt19937& rng, int k, int32_t n_vocab) {
+  std::vector<float> logits(n_vocab);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (float& l : logits) l = normal(rng);
+  return top_candidates(logits.data(), n_vocab, n_vocab, k);
+}
+
+TEST(DflashTree, TopCandidatesAreTheLogSoftmaxOfTheBest) {
+  const std::vector<float> logits = {1.0f, 3.0f, 2.0f, 3.0f, -1.0f};
+  const Candidates c = top_candidates(logits.data(), 5, 5, 3);
+  ASSERT_EQ(c.tokens, (std::vector<int32_t>{1, 3, 2}));  // the tie goes to the lower id
+  double z = 0;
+  for (float l : logits) z += std::exp(l);
+  EXPECT_NEAR(c.logprobs[0], 3.0 - std::log(z), 1e-5);
+  EXPECT_NEAR(c.logprobs[2], 2.0 - std::log(z), 1e-5);
+  // Ids at or above n_tokens (padding rows) are never proposed.
+  const Candidates limited = top_candidates(logits.data(), 5, 3, 5);
+  EXPECT_EQ(limited.tokens, (std::vector<int32_t>{1, 2, 0}));
+}
+
+TEST(DflashTree, ChainTakesEachDepthsBest) {
+  std::mt19937 rng(1);
+  std::vector<Candidates> depths;
+  for (int d = 0; d < 6; ++d) depths.push_back(random_candidates(rng, 4, 50));
+  const DraftTree tree = chain_tree(depths, 16, 4);
+  ASSERT_EQ(tree.size(), 4);
+  EXPECT_TRUE(tree.is_valid());
+  for (int d = 0; d < 4; ++d) {
+    EXPECT_EQ(tree.nodes()[d].token, depths[d].tokens[0]);
+    EXPECT_EQ(tree.nodes()[d].parent, d - 1);
+  }
+  EXPECT_EQ(chain_tree(depths, 2, 8).size(), 2);
+  EXPECT_EQ(chain_tree(depths, 0, 8).size(), 0);
+}
+
+TEST(DflashTree, BestFirstFromMarginalsIsTheBudgetBestNodes) {
+  std::mt19937 rng(2);
+  for (int trial = 0; trial < 50; ++trial) {
+    const int max_depth = 1 + trial % 5, k = 1 + trial % 4;
+    std::vector<Candidates> depths;
+    for (int d = 0; d < 6; ++d) depths.push_back(random_candidates(rng, k, 40));
+    for (int budget : {1, 3, 8, 20}) {
+      const DraftTree tree = best_first_tree(depths, budget, max_depth);
+      ASSERT_TRUE(tree.is_valid());
+      EXPECT_LE(tree.max_depth(), max_depth);
+      std::vector<Path> got = paths_of(tree);
+      std::sort(got.begin(), got.end());
+      const auto scorer = [&](int depth, int32_t) { return depths[depth - 1]; };
+      EXPECT_EQ(got, brute_force(scorer, -1, budget, max_depth))
+          << "trial " << trial << " budget " << budget;
+    }
+  }
+}
+
+TEST(DflashTree, BestFirstWithParentDependentChildren) {
+  // An adapter: a node's children depend on its token.
+  std::mt19937 rng(3);
+  std::map<std::pair<int, int32_t>, Candidates> table;
+  const ChildScorer scorer = [&](int depth, int32_t parent) {
+    auto it = table.find({depth, parent});
+    if (it == table.end())
+      it = table.emplace(std::make_pair(depth, parent), random_candidates(rng, 3, 30)).first;
+    return it->second;
+  };
+  for (int budget : {1, 5, 16, 40}) {
+    const DraftTree tree = best_first_tree(scorer, 7, budget, 4);
+    ASSERT_TRUE(tree.is_valid());
+    std::vector<Path> got = paths_of(tree);
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, brute_force(scorer, 7, budget, 4)) << "budget " << budget;
+  }
+}
+
+TEST(DflashTree, EmptyInputsGiveEmptyTrees) {
+  std::vector<Candidates> depths(3);
+  EXPECT_TRUE(best_first_tree(depths, 8, 3).empty());
+  EXPECT_TRUE(chain_tree(depths, 8, 3).empty());
+  std::mt19937 rng(4);
+  depths[0] = random_candidates(rng, 2, 10);
+  EXPECT_TRUE(best_first_tree(depths, 0, 3).empty());
+  EXPECT_TRUE(best_first_tree(depths, 8, 0).empty());
+  EXPECT_EQ(best_first_tree(depths, 8, 3).size(), 2);  // depth 2 has no candidates
+}
+
+}  // namespace
+}  // namespace salvo

@@ -1,0 +1,142 @@
+"""salvo's DFlash drafter forward pass (`salvo dflash`) against an independent NumPy forward
+(dflash_ref.py, float64) on a random drafter for smollm2-135m, and against the trainer's PyTorch
+output (drafters/<model>/reference.safetensors) where a trained drafter exists.
+
+Bounds: salvo keeps the drafter's I8 matrices as F16 (q * scale) with float activations, but the
+target's LM head matmul rounds its input to int8 blocks, as in the target itself; the logits must
+correlate above 0.999 per row, differ by under 2% of each row's range, and agree on the top token
+except for near ties (a reference gap under test_numpy_ref.MAX_TOP1_GAP). Measured on the random
+drafter: max relative error 0.4%, correlation 0.99998.
+"""
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+import dflash_ref
+import numpy_ref
+from conftest import model_path_or_skip, salvo_bin_or_skip
+from test_numpy_ref import MAX_TOP1_GAP
+
+REPO = Path(__file__).resolve().parents[2]
+TARGET = "smollm2-135m"
+
+
+def run_salvo(salvo, model, drafter, inputs, tmp, adapter=True, chunk=0):
+    out, aout = os.path.join(tmp, "logits.f32"), os.path.join(tmp, "adapter.f32")
+    cmd = [salvo, "dflash", "--model", model, "--drafter", drafter, "--inputs", inputs, "--out", out,
+           "--chunk", str(chunk)]
+    if adapter:
+        cmd += ["--adapter-out", aout]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, f"{' '.join(cmd)}\n{proc.stderr}"
+    logits = np.fromfile(out, dtype="<f4")
+    return logits, (np.fromfile(aout, dtype="<f4") if adapter else None)
+
+
+def check_close(got, want, what):
+    d = numpy_ref.compare_logits(got, want)
+    print(f"{what}: {d}")
+    # A top-1 disagreement is acceptable only as a near tie in the reference's own logits.
+    assert all(g < MAX_TOP1_GAP for g in d.top1_mismatch_gaps), (what, d)
+    assert d.min_corr > 0.999 and d.max_rel_err < 0.02, (what, d)
+
+
+@pytest.fixture(scope="module")
+def random_drafter(tmp_path_factory):
+    path = model_path_or_skip(TARGET)
+    tmp = tmp_path_factory.mktemp("dflash")
+    drafter = str(tmp / "drafter")
+    cfg = dflash_ref.write_random_drafter(drafter, path, TARGET, block_size=8, seed=1,
+                                          weight_scale=3.0)
+    rng = np.random.default_rng(2)
+    T = 13
+    features = rng.standard_normal((T, len(cfg["target_layers"]) * cfg["n_embd"])).astype(np.float32)
+    root = 1234
+    prev = rng.integers(0, cfg["target"]["n_vocab"], cfg["block_size"] - 1)
+    inputs = str(tmp / "inputs.safetensors")
+    dflash_ref.write_inputs(inputs, features, root, prev)
+    return path, drafter, inputs, features, root, prev, cfg
+
+
+def test_dflash_forward_matches_numpy(random_drafter):
+    salvo = salvo_bin_or_skip()
+    path, drafter, inputs, features, root, prev, cfg = random_drafter
+    B, V = cfg["block_size"], cfg["target"]["n_vocab"]
+    want, y = dflash_ref.forward(drafter, path, features, root)
+    want_adapter = dflash_ref.adapter_logits(drafter, path, y[1:], prev)
+    with tempfile.TemporaryDirectory() as tmp:
+        got, got_adapter = run_salvo(salvo, path, drafter, inputs, tmp)
+        # The context appended in chunks (3 + 3 + ... positions) gives the same numbers.
+        got_chunked, _ = run_salvo(salvo, path, drafter, inputs, tmp, adapter=False, chunk=3)
+    assert got.size == (B - 1) * V and got_adapter.size == (B - 1) * V
+    got, got_adapter = got.reshape(B - 1, V), got_adapter.reshape(B - 1, V)
+    check_close(got, want, "logits")
+    check_close(got_adapter, want_adapter, "adapter logits")
+    # The adapter must change something, or the test would not see it.
+    assert np.abs(want_adapter - want).max() > 0.1
+    np.testing.assert_allclose(got_chunked.reshape(B - 1, V), got, rtol=1e-4, atol=1e-4)
+
+
+def test_dflash_bad_drafter_is_a_clear_error(random_drafter, tmp_path):
+    salvo = salvo_bin_or_skip()
+    path, drafter, inputs, *_ = random_drafter
+    cases = {
+        "n_embd": lambda c: c["target"].update(n_embd=512),
+        "target_layers": lambda c: c.update(target_layers=[0, 99]),
+        "format": lambda c: c.update(format="other"),
+    }
+    for key, change in cases.items():
+        bad = tmp_path / key
+        bad.mkdir()
+        cfg = json.loads(Path(drafter, "config.json").read_text())
+        change(cfg)
+        (bad / "config.json").write_text(json.dumps(cfg))
+        (bad / "model.safetensors").symlink_to(Path(drafter, "model.safetensors"))
+        proc = subprocess.run([salvo, "dflash", "--model", path, "--drafter", str(bad), "--inputs",
+                               inputs, "--out", str(tmp_path / "o")], capture_output=True, text=True,
+                              timeout=120)
+        assert proc.returncode != 0 and key in proc.stderr, (key, proc.stderr)
+    # A truncated weights file.
+    bad = tmp_path / "truncated"
+    bad.mkdir()
+    (bad / "config.json").write_text(Path(drafter, "config.json").read_text())
+    blob = Path(drafter, "model.safetensors").read_bytes()
+    (bad / "model.safetensors").write_bytes(blob[: len(blob) // 2])
+    proc = subprocess.run([salvo, "dflash", "--model", path, "--drafter", str(bad), "--inputs", inputs,
+                           "--out", str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "past the end" in proc.stderr, proc.stderr
+
+
+def trained_drafters():
+    root = REPO / "drafters"
+    return sorted(p.name for p in root.iterdir() if (p / "reference.safetensors").exists()) \
+        if root.is_dir() else []
+
+
+def test_dflash_matches_trainer_reference(tmp_path):
+    """The trainer's PyTorch float32 logits (reference.safetensors) within the same bounds, for every
+    shipped drafter (none shipped yet: nothing to compare)."""
+    for name in trained_drafters():
+        check_trainer_reference(name, tmp_path)
+
+
+def check_trainer_reference(name, tmp_path):
+    salvo = salvo_bin_or_skip()
+    path = model_path_or_skip(name)
+    drafter = str(REPO / "drafters" / name)
+    ref = load_file(os.path.join(drafter, "reference.safetensors"))
+    has_adapter = "adapter_logits" in ref
+    got, got_adapter = run_salvo(salvo, path, drafter, os.path.join(drafter, "reference.safetensors"),
+                                 str(tmp_path), adapter=has_adapter)
+    want = ref["logits"].astype(np.float32)
+    check_close(got.reshape(want.shape), want, f"{name} logits")
+    if has_adapter:
+        want_a = ref["adapter_logits"].astype(np.float32)
+        check_close(got_adapter.reshape(want_a.shape), want_a, f"{name} adapter logits")
