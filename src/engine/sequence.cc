@@ -142,9 +142,9 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
     tree_ = drafter_->propose(history_, size.budget, size.depth);
     pass_draft_ms_ = ms_since(draft_start);
     stats.draft_ms += pass_draft_ms_;
-    SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget &&
-                tree_.max_depth() <= size.depth);
+    SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget && tree_.max_depth() <= size.depth);
   }
+  pass_context_ = committed;
   const int first_row = batch.size();
   append_draft_rows(tree_, root_, committed, seq_id_, batch);
   pass_rows_ = batch.size() - first_row;
@@ -227,7 +227,8 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
                   .tree_depth = tree_.max_depth(),
                   .accepted = n_accepted,
                   .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
-                  .tokens_emitted = n_accepted + 1});
+                  .tokens_emitted = n_accepted + 1,
+                  .context = pass_context_});
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();
   }

@@ -78,7 +78,6 @@ struct GenerationResult {
 // Receives each newly emitted text piece; returning false cancels the generation.
 using TextCallback = std::function<bool(const std::string& piece)>;
 
-
 class Sequence {
  public:
   Sequence(Model& model, const Tokenizer& tokenizer, KvCache& kv, int seq_id);
@@ -157,6 +156,7 @@ class Sequence {
   DraftTree tree_;        // the draft of the pass in flight
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
+  int pass_context_ = 0;  // committed tokens when the pass was set up
   bool cancelled_ = false;
 };
 
