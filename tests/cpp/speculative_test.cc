@@ -265,8 +265,8 @@ TEST(NgramDrafterTest, LongestMatchFirstAndAsDeepAsItRuns) {
     const DraftTree tree = drafter.propose(now, 32, 20);
     ASSERT_TRUE(tree.is_valid());
     EXPECT_EQ(drafter.longest_match(), copied) << copied;
-    // depth_base + match length, up to the cap.
-    const int depth = std::min(20, 1 + copied);
+    // As deep as the match is long, up to the cap.
+    const int depth = std::min(20, copied);
     const Ints expected(quoted.begin() + copied, quoted.begin() + copied + depth);
     EXPECT_EQ(leftmost_path(tree), expected) << copied;
   }
@@ -276,18 +276,18 @@ TEST(NgramDrafterTest, LongestMatchFirstAndAsDeepAsItRuns) {
   now.insert(now.end(), quoted.begin(), quoted.begin() + 6);
   const DraftTree tree = drafter.propose(now, 32, 20);
   EXPECT_EQ(root_children_tokens(tree), Ints({106, 50}));
-  EXPECT_EQ(tree.max_depth(), 7);
-  EXPECT_EQ(tree.size(), 7 + 3);  // the sibling drafts 1 + 2 tokens: 50 8 100
+  EXPECT_EQ(tree.max_depth(), 6);
+  EXPECT_EQ(tree.size(), 6 + 2);  // the sibling drafts 2 tokens: 50 8
 }
 
-// A one-token match is weak evidence: it drafts a guess or two, not a deep chain of rows.
+// A one-token match is weak evidence: it drafts one guess, not a deep chain of rows.
 TEST(NgramDrafterTest, ShortMatchesDraftShallow) {
   NgramDrafter drafter;
   const Ints context = {5, 1, 2, 3, 4, 6, 7, 8, 9, 5};
   const DraftTree tree = drafter.propose(context, 16, 8);
   ASSERT_TRUE(tree.is_valid());
-  EXPECT_EQ(leftmost_path(tree), Ints({1, 2}));
-  EXPECT_EQ(tree.size(), 2);
+  EXPECT_EQ(leftmost_path(tree), Ints({1}));
+  EXPECT_EQ(tree.size(), 1);
   // Wider candidates on request: every occurrence of the one-token suffix branches.
   NgramDrafter wide(NgramOptions{.max_candidates = 4});
   const DraftTree branches = wide.propose(Ints{5, 1, 5, 2, 5, 3, 5}, 16, 8);
