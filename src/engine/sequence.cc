@@ -206,6 +206,8 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms) {
     kv_.commit_prefix(seq_id_, pass_prefill_);
     prefilled_ += pass_prefill_;
     if (prefilled_ < static_cast<int>(history_.size())) return;
+    // The drafter's own prompt processing (a draft model's prefill) is prefill time too.
+    if (drafter_) drafter_->prepare(history_);
     stats.prefill_ms = ms_since(start_time_);
     stats.forward_passes = 1;
     phase_ = Phase::kDecode;

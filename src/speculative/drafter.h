@@ -49,6 +49,12 @@ class Drafter {
   // `budget` nodes, none deeper than `max_depth`. Consecutive calls usually see the previous
   // context extended, which lets drafters update their state incrementally.
   virtual DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) = 0;
+
+  // Called once a prompt is prefilled, with the prompt. A drafter with state of its own (a draft
+  // model's KV cache) builds it here, as part of prompt processing: otherwise the first drafted
+  // pass would carry it, and a policy deciding whether drafting pays would weigh a one-time
+  // prefill against one pass.
+  virtual void prepare(std::span<const int32_t> /*prompt*/) {}
 };
 
 // What drafters may need besides the mode.
