@@ -98,8 +98,12 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
   // One plain pass first: every later decision compares against its cost.
   if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
-  if (drafting_ && ++drafted_since_plain_ > kPlainRefresh) {
-    // The one-row cost drifts (load, context length); every comparison depends on it.
+  // The one-row cost drifts (load, context length) and every comparison depends on it: it is
+  // re-measured every kPlainRefresh drafted passes, and four times as often while drafting wins
+  // by less than kClearWin, where a stale plain figure could keep a losing drafter on.
+  const bool clear_win = drafted_rate_ * pass_ms(1) > kClearWin;
+  const int refresh = clear_win ? kPlainRefresh : kPlainRefresh / 4;
+  if (drafting_ && ++drafted_since_plain_ > refresh) {
     drafted_since_plain_ = 0;
     return {};
   }
@@ -130,7 +134,9 @@ void SpecPolicy::record(const PassRecord& pass) {
   if (static_cast<int>(pass_ms_by_rows_.size()) <= pass.rows) {
     pass_ms_by_rows_.resize(pass.rows + 1, 0);
   }
-  pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, kAlpha);
+  // While drafting, plain passes are the sparse re-measurements: each must count.
+  const double alpha = pass.rows == 1 ? kPlainAlpha : kAlpha;
+  pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, alpha);
   const bool after_plain = previous_plain_;
   previous_plain_ = pass.rows == 1;
   if (pass.rows == 1) {

@@ -67,6 +67,7 @@ class SpecPolicy {
 
  private:
   static constexpr double kAlpha = 0.25;       // EMA weight of the newest pass
+  static constexpr double kPlainAlpha = 0.5;   // ... of the newest one-row pass
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
@@ -76,6 +77,7 @@ class SpecPolicy {
   static constexpr int kFirstProbe = 8;         // plain passes before the first re-probe
   static constexpr int kMaxProbeGap = 512;      // longest wait between probes
   static constexpr int kPlainRefresh = 32;      // drafted passes between plain ones that re-measure
+  static constexpr double kClearWin = 1.5;      // drafted over plain rate that needs fewer checks
   static constexpr double kProbeShare = 0.015;  // of plain time that failed probes may cost
 
   DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;

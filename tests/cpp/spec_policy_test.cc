@@ -257,5 +257,32 @@ TEST(SpecPolicyTest, DraftingThatPaidIsProbedAgainAfterABadStretch) {
   EXPECT_LT(ratio, 0.86);
 }
 
+// The first plain pass was measured at a slow moment (14 ms; the machine's load changed since,
+// plain passes now take 10 ms), so a drafter that wins by a little against the stale figure
+// loses against the true one: the plain cost is re-measured soon and drafting stops.
+TEST(SpecPolicyTest, MarginalDraftingRechecksThePlainCostSoon) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 14});
+  int drafted = 0;
+  for (int i = 0; i < 40 && (drafted == 0 || policy.drafting()); ++i) {
+    const DraftSize size = policy.next(4, 2);
+    if (!size.drafting()) {
+      policy.record({.rows = 1, .pass_ms = 10});
+      continue;
+    }
+    ++drafted;
+    // 2 tokens per 24 ms: 1.17x the stale plain rate, 0.83x the true one.
+    policy.record({.rows = 3,
+                   .pass_ms = 12,
+                   .draft_ms = 12,
+                   .tree_depth = 2,
+                   .accepted = 1,
+                   .tested = 2,
+                   .tokens_emitted = 2});
+  }
+  EXPECT_FALSE(policy.drafting());
+  EXPECT_LE(drafted, 10);
+}
+
 }  // namespace
 }  // namespace salvo
