@@ -98,10 +98,14 @@ int NgramDrafter::longest_match() const {
   return candidates_.empty() ? 0 : candidates_.front().length;
 }
 
-void NgramDrafter::insert_continuation(std::span<const int32_t> continuation, double weight) {
+void NgramDrafter::insert_continuation(std::span<const int32_t> continuation, double weight,
+                                       int64_t confident) {
   int32_t node = 0;
   trie_[0].weight += weight;
-  for (int32_t token : continuation) {
+  for (size_t k = 0; k < continuation.size(); ++k) {
+    const int32_t token = continuation[k];
+    // Past what the match vouches for, each token is half as likely to be reached.
+    if (static_cast<int64_t>(k) >= confident) weight *= 0.5;
     int32_t next = -1;
     for (int32_t child : trie_[node].children) {
       if (trie_[child].token == token) next = child;
@@ -132,14 +136,15 @@ DraftTree NgramDrafter::propose(std::span<const int32_t> context, int budget, in
     // long (the suffix repeats itself) continues the period beyond it.
     const int32_t period = last - c.end;
     const bool periodic = c.length >= period;
-    const int64_t deep = options_.depth_base + int64_t{options_.depth_per_match} * c.length;
+    const int64_t confident = options_.depth_base + int64_t{options_.depth_per_match} * c.length;
+    const int64_t deep = options_.fill_budget ? max_depth : confident;
     const int32_t length =
         static_cast<int32_t>(std::min<int64_t>({max_depth, deep, periodic ? deep : period}));
     continuation_.clear();
     for (int32_t k = 0; k < length; ++k) {
       continuation_.push_back(k < period ? tokens_[c.end + 1 + k] : continuation_[k - period]);
     }
-    insert_continuation(continuation_, static_cast<double>(c.length) * c.length);
+    insert_continuation(continuation_, static_cast<double>(c.length) * c.length, confident);
   }
   if (trie_[0].children.empty()) return tree;
 

@@ -36,6 +36,10 @@ struct NgramOptions {
   // row costs ~8% of a one-row pass, and a one-token match predicts about one token.
   int depth_base = 0;
   int depth_per_match = 1;
+  // Also draft past that depth, each further token at half the weight of the one before, so the
+  // tree fills the budget it is given: the most tokens per pass within the caps, for callers that
+  // size the budget themselves; without it a pass verifies only what the matches vouch for.
+  bool fill_budget = false;
 };
 
 class NgramDrafter : public Drafter {
@@ -72,7 +76,8 @@ class NgramDrafter : public Drafter {
   int32_t match_length(int32_t end, int32_t known) const;
   // Earlier occurrences of the suffix, longest match first (then most recent).
   void find_candidates();
-  void insert_continuation(std::span<const int32_t> continuation, double weight);
+  // Adds one candidate's continuation; tokens from `confident` on weigh less and less.
+  void insert_continuation(std::span<const int32_t> continuation, double weight, int64_t confident);
 
   NgramOptions options_;
   std::vector<int32_t> tokens_;

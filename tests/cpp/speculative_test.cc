@@ -331,6 +331,21 @@ TEST(NgramDrafterTest, NoMatchNoDraft) {
   EXPECT_FALSE(bigrams_only.propose(Ints{1, 2, 3, 1, 2}, 16, 8).empty());
 }
 
+// Filling: past what the matches vouch for, the tree still uses the budget it is given, the
+// confident chain first.
+TEST(NgramDrafterTest, FillingUsesTheBudget) {
+  NgramDrafter filling(NgramOptions{.max_candidates = 8, .fill_budget = true});
+  NgramDrafter shallow;
+  // "5" occurred three times, followed by 1 2 3 / 6 7 0 / 8 9 10: one-token matches.
+  const Ints context = {5, 1, 2, 3, 4, 5, 6, 7, 0, 5, 8, 9, 10, 5};
+  EXPECT_EQ(shallow.propose(context, 16, 8).max_depth(), 1);
+  const DraftTree tree = filling.propose(context, 8, 3);
+  ASSERT_TRUE(tree.is_valid());
+  EXPECT_EQ(tree.size(), 8);  // three chains of up to 3: 3 + 3 + 3 > 8
+  EXPECT_EQ(tree.max_depth(), 3);
+  EXPECT_EQ(root_children_tokens(tree), Ints({8, 6, 1}));  // most recent first
+}
+
 // The index follows a context that grows, is rewound or replaced, as a fresh drafter would.
 TEST(NgramDrafterTest, IncrementalIndexEqualsFreshIndex) {
   NgramDrafter incremental;
