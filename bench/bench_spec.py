@@ -21,13 +21,20 @@ GGUF, same threads), so both engines decode from exactly the same tokens.
 Reported per category: medians over its prompts of decode tok/s, tokens per forward pass and
 acceptance (accepted / drafted tokens) for each salvo mode, decode tok/s for llama.cpp, the ratios
 to salvo none and to llama.cpp plain, and auto / none (the target: auto never more than 3% slower).
+
+On a loaded machine timings drift by tens of percent within minutes, so with --reps N every
+prompt runs N times in every mode, the modes interleaved prompt by prompt (one process per
+prompt and mode, the order rotated every repetition), and each figure is the median over the
+repetitions. Ratios to none are taken per repetition (mode / none of the same repetition, run
+seconds apart) and reported per prompt and per category as medians, and per category as the
+ratio of total decode time for the same tokens.
 llama.cpp generates as many tokens as salvo's plain run did for that prompt (greedy text from the
 same ids; the counts agree unless the engines' greedy choices differ).
 
 Usage: bench/bench_spec.py [--model qwen2.5-coder-1.5b] [--draft-model qwen2.5-coder-0.5b]
                            [--limit N per category] [--max-tokens N] [--threads N]
                            [--modes none ngram draft auto dflash:best:16] [--dflash-sweep]
-                           [--drafter DIR] [--skip-llama] [--salvo PATH]
+                           [--drafter DIR] [--skip-llama] [--salvo PATH] [--reps N] [--per-prompt]
 """
 
 from __future__ import annotations
@@ -223,6 +230,10 @@ def main() -> None:
                     help="add dflash:{chain,best,adapter}:{8,16,32,64}")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--json-out", help="write every per-prompt figure here")
+    ap.add_argument("--reps", type=int, default=1, help="repetitions, interleaved prompt by prompt")
+    ap.add_argument("--interleave", action="store_true",
+                    help="interleave the modes prompt by prompt even with one repetition")
+    ap.add_argument("--per-prompt", action="store_true", help="print a row per prompt too")
     ap.add_argument("--reuse-salvo", help="take salvo's results from an earlier --json-out")
     # internal
     ap.add_argument("--child-llama", action="store_true", help=argparse.SUPPRESS)
@@ -245,20 +256,40 @@ def main() -> None:
                   if f"dflash:{t}:{b}" not in modes]
     prompts = load_prompts(args.prompts, args.limit, args.max_tokens)
     t0 = time.time()
-    salvo = json.loads(pathlib.Path(args.reuse_salvo).read_text())["salvo"] if args.reuse_salvo else {}
-    for mode in modes:
-        if mode in salvo and all(p["id"] in salvo[mode] for p in prompts):
-            continue
-        print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
-        salvo[mode] = {p["id"]: r for p, r in zip(prompts, run_salvo(args.salvo, model, draft, mode,
-                                                                       prompts, args.threads,
-                                                                       args.drafter))}
-        if args.json_out:
-            pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
+    # salvo[mode][prompt id]: one result per repetition.
+    salvo = {}
+    if args.reuse_salvo:
+        salvo = json.loads(pathlib.Path(args.reuse_salvo).read_text())["salvo"]
+        salvo = {m: {i: r if isinstance(r, list) else [r] for i, r in by_id.items()}
+                 for m, by_id in salvo.items()}
+    todo = [m for m in modes if not (m in salvo and all(p["id"] in salvo[m] for p in prompts))]
+    for m in todo:
+        salvo[m] = {}
+    if todo and args.reps == 1 and not args.interleave:
+        for mode in todo:
+            print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
+            results = run_salvo(args.salvo, model, draft, mode, prompts, args.threads,
+                                args.drafter)
+            salvo[mode] = {p["id"]: [r] for p, r in zip(prompts, results)}
+    elif todo:
+        # Interleaved: prompt by prompt, every mode seconds apart, the order rotated per repetition.
+        for rep in range(args.reps):
+            for k, p in enumerate(prompts):
+                order = todo[(rep + k) % len(todo):] + todo[:(rep + k) % len(todo)]
+                print(f"rep {rep + 1}/{args.reps} {p['id']}: {' '.join(order)}", file=sys.stderr,
+                      flush=True)
+                for mode in order:
+                    r = run_salvo(args.salvo, model, draft, mode, [p], args.threads,
+                                 args.drafter)[0]
+                    salvo[mode].setdefault(p["id"], []).append(r)
+                if args.json_out:
+                    pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
+    if args.json_out:
+        pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
     llama = {}
     if not args.skip_llama:
-        jobs = [{"id": p["id"], "prompt_tokens": salvo["none"][p["id"]]["prompt_tokens"],
-                 "n_gen": salvo["none"][p["id"]]["n_generated"]} for p in prompts]
+        jobs = [{"id": p["id"], "prompt_tokens": salvo["none"][p["id"]][0]["prompt_tokens"],
+                 "n_gen": salvo["none"][p["id"]][0]["n_generated"]} for p in prompts]
         with tempfile.TemporaryDirectory() as tmp:
             shim = build_noamx_shim(tmp) if amx_advertised() else None
             for name, lookup in (("plain", False), ("lookup", True)):
@@ -266,12 +297,27 @@ def main() -> None:
                 llama[name] = run_llama(model, jobs, args.threads, lookup, shim)
 
     # Exactness: every salvo mode emits the plain run's tokens at T=0.
-    mismatches = [(m, p["id"]) for m in modes for p in prompts
-                  if salvo[m][p["id"]]["tokens"] != salvo["none"][p["id"]]["tokens"]]
+    mismatches = [(m, p["id"]) for m in modes for p in prompts for r in salvo[m][p["id"]]
+                  if r["tokens"] != salvo["none"][p["id"]][0]["tokens"]]
 
     print(f"\nmodel {args.model}, draft model {args.draft_model}, threads {args.threads}, T=0, "
           f"{len(prompts)} prompts ({args.limit} per category at most), "
-          f"max tokens {args.max_tokens or 'per prompt'}; medians per category; {time.time() - t0:.0f} s\n")
+          f"max tokens {args.max_tokens or 'per prompt'}, {args.reps} repetition(s)"
+          f"{', interleaved' if args.reps > 1 or args.interleave else ''}; "
+          f"medians per category; {time.time() - t0:.0f} s\n")
+
+    def per_prompt(m, i, key):
+        return median(r[key] for r in salvo[m][i])
+
+    def ratio_to_none(m, i):
+        """Median over repetitions of mode / none, each pair from the same repetition."""
+        pairs = zip(salvo[m][i], salvo["none"][i])
+        return median(a["decode_tps"] / b["decode_tps"] for a, b in pairs
+                      if a["decode_tps"] and b["decode_tps"])
+
+    def decode_seconds(r):
+        return (r["n_generated"] - 1) / r["decode_tps"] if r["decode_tps"] else 0.0
+
     header = ["category", "n"]
     for m in modes:
         header += [f"{m} tok/s", f"{m} tok/pass"] + ([f"{m} accept"] if m != "none" else [])
@@ -287,11 +333,10 @@ def main() -> None:
         row = [cat, str(len(ids))]
         s = {}
         for m in modes:
-            rs = [salvo[m][i] for i in ids]
-            s[m] = median(r["decode_tps"] for r in rs)
-            acc = median(r["accepted_draft_tokens"] / r["drafted_nodes"] if r["drafted_nodes"] else 0.0
-                         for r in rs)
-            row += [fmt(s[m], ".1f"), fmt(median(r["tokens_per_pass"] for r in rs))]
+            s[m] = median(per_prompt(m, i, "decode_tps") for i in ids)
+            acc = median(median(r["accepted_draft_tokens"] / r["drafted_nodes"] if r["drafted_nodes"]
+                                else 0.0 for r in salvo[m][i]) for i in ids)
+            row += [fmt(s[m], ".1f"), fmt(median(per_prompt(m, i, "tokens_per_pass") for i in ids))]
             if m != "none":
                 row.append(fmt(acc))
         if llama:
@@ -301,26 +346,54 @@ def main() -> None:
         summary[cat] = s
         print("| " + " | ".join(row) + " |")
 
-    print("\nRatios of median decode tok/s (per category):\n")
     cols = [m for m in modes if m != "none"]
+    print("\nRatios to salvo none: median over prompts of the per-prompt ratio (itself the median "
+          "over repetitions of mode/none from the same repetition) / total decode time of none over "
+          "that of the mode, for the same tokens:\n")
     header = ["category"] + [f"{m}/none" for m in cols]
-    if llama:
-        header += [f"{m}/llama plain" for m in modes] + ["llama lookup/llama plain"]
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
-    for cat, s in summary.items():
-        def ratio(a, b):
-            return None if s.get(a) is None or not s.get(b) else s[a] / s[b]
-        row = [cat] + [fmt(ratio(m, "none")) for m in cols]
-        if llama:
-            row += [fmt(ratio(m, "llama plain")) for m in modes] + [fmt(ratio("llama lookup", "llama plain"))]
+    worst = {}
+    for cat in summary:
+        ids = [p["id"] for p in prompts if p["category"] == cat]
+        row = [cat]
+        for m in cols:
+            med = median(ratio_to_none(m, i) for i in ids)
+            t_none = sum(decode_seconds(r) for i in ids for r in salvo["none"][i])
+            t_mode = sum(decode_seconds(r) for i in ids for r in salvo[m][i])
+            total = t_none / t_mode if t_mode else None
+            worst[(cat, m)] = (med, total)
+            row.append(f"{fmt(med)} / {fmt(total)}")
         print("| " + " | ".join(row) + " |")
-    if "auto" in modes:
-        print("\nauto vs none (target: auto never more than 3% slower):")
+    if args.per_prompt:
+        print("\nPer prompt (tok/pass, ratio to none):\n")
+        header = ["prompt", "none tok/s"] + [f"{m} tok/pass / ratio" for m in cols]
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
+        for p in prompts:
+            i = p["id"]
+            row = [i, fmt(per_prompt("none", i, "decode_tps"), ".2f")]
+            row += [f"{fmt(per_prompt(m, i, 'tokens_per_pass'))} / {fmt(ratio_to_none(m, i))}"
+                    for m in cols]
+            print("| " + " | ".join(row) + " |")
+    if llama:
+        print("\nRatios of median decode tok/s to llama.cpp plain:\n")
+        header = ["category"] + [f"{m}/llama plain" for m in modes] + ["llama lookup/llama plain"]
+        print("| " + " | ".join(header) + " |")
+        print("|" + "---|" * len(header))
         for cat, s in summary.items():
-            r = s["auto"] / s["none"] if s.get("none") and s.get("auto") else None
-            verdict = "-" if r is None else ("ok" if r >= 0.97 else "MISS")
-            print(f"  {cat:9s} {fmt(r)}  {verdict}")
+            def ratio(a, b):
+                return None if s.get(a) is None or not s.get(b) else s[a] / s[b]
+            row = [cat] + [fmt(ratio(m, "llama plain")) for m in modes]
+            row.append(fmt(ratio("llama lookup", "llama plain")))
+            print("| " + " | ".join(row) + " |")
+    if "auto" in modes:
+        print("\nauto vs none (target: auto never more than 3% slower; median ratio / time ratio):")
+        for cat in summary:
+            med, total = worst[(cat, "auto")]
+            vals = [v for v in (med, total) if v is not None]
+            verdict = "-" if not vals else ("ok" if min(vals) >= 0.97 else "MISS")
+            print(f"  {cat:9s} {fmt(med)} / {fmt(total)}  {verdict}")
     print("\nllama.cpp lookup = llama-cpp-python's LlamaPromptLookupDecoding (prompt lookup, 10 "
           "tokens), driven by its Python generate(); llama-cpp-python has no draft-model mode.")
     if mismatches:

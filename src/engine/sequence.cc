@@ -160,6 +160,7 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
     stats.draft_ms += pass_draft_ms_;
     SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget && tree_.max_depth() <= size.depth);
   }
+  pass_context_ = committed;
   const int first_row = batch.size();
   append_draft_rows(tree_, root_, committed, seq_id_, batch);
   pass_rows_ = batch.size() - first_row;
@@ -240,6 +241,8 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms,
     kv_.commit_prefix(seq_id_, pass_prefill_);
     prefilled_ += pass_prefill_;
     if (prefilled_ < static_cast<int>(history_.size())) return;
+    // The drafter's own prompt processing (a draft model's prefill) is prefill time too.
+    if (drafter_) drafter_->prepare(history_);
     stats.prefill_ms = ms_since(start_time_);
     stats.forward_passes = 1;
     phase_ = Phase::kDecode;
@@ -263,7 +266,8 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms,
                   .tree_depth = tree_.max_depth(),
                   .accepted = n_accepted,
                   .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
-                  .tokens_emitted = n_accepted + 1});
+                  .tokens_emitted = n_accepted + 1,
+                  .context = pass_context_});
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();
   }

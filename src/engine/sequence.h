@@ -174,6 +174,7 @@ class Sequence {
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
   int pass_first_row_ = 0;  // this sequence's first row in the pass's batch
+  int pass_context_ = 0;  // committed tokens when the pass was set up
   bool cancelled_ = false;
 };
 

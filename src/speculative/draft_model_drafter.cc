@@ -101,6 +101,15 @@ void DraftModelDrafter::append_uncommitted_rows(const DraftTree& tree, int commi
   }
 }
 
+void DraftModelDrafter::prepare(std::span<const int32_t> prompt) {
+  if (prompt.empty() || static_cast<int32_t>(prompt.size()) >= kv_.capacity()) return;
+  // As in propose(): a failed draft forward only loses the draft.
+  if (!sync(prompt).ok()) {
+    cached_.clear();
+    kv_.clear(0);
+  }
+}
+
 DraftTree DraftModelDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
   grow_.clear();
   const int32_t n_context = static_cast<int32_t>(context.size());

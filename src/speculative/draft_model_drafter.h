@@ -46,6 +46,8 @@ class DraftModelDrafter : public Drafter {
                     const DraftModelOptions& options = {});
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
+  // Prefills the draft cache with the prompt (one batch per prefill_chunk).
+  void prepare(std::span<const int32_t> prompt) override;
 
  private:
   struct Candidate {

@@ -185,7 +185,9 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
     case SpecMode::kNone:
       break;
     case SpecMode::kNgram:
-      drafter = std::make_unique<NgramDrafter>();
+      // The user's caps are the tree size (no policy): fill them with the likeliest tokens.
+      drafter =
+          std::make_unique<NgramDrafter>(NgramOptions{.max_candidates = 8, .fill_budget = true});
       break;
     case SpecMode::kDflash:
       if (r.dflash == nullptr || r.pool == nullptr) {

@@ -77,6 +77,12 @@ class Drafter {
   // How many leading positions the drafter holds features for (a cached prompt prefix is
   // reused only that far).
   virtual int32_t observed() const { return INT32_MAX; }
+
+  // Called once a prompt is prefilled, with the prompt. A drafter with state of its own (a draft
+  // model's KV cache) builds it here, as part of prompt processing: otherwise the first drafted
+  // pass would carry it, and a policy deciding whether drafting pays would weigh a one-time
+  // prefill against one pass.
+  virtual void prepare(std::span<const int32_t> /*prompt*/) {}
 };
 
 class DflashModel;

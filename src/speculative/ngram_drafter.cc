@@ -9,7 +9,8 @@
 namespace salvo {
 
 NgramDrafter::NgramDrafter(const NgramOptions& options) : options_(options) {
-  SALVO_CHECK(options_.min_n >= 1 && options_.max_n >= options_.min_n);
+  SALVO_CHECK(options_.min_n >= 1 && options_.max_n >= options_.min_n &&
+              options_.max_match >= options_.max_n && options_.max_scan >= 1);
   index_.resize(options_.max_n);
 }
 
@@ -58,29 +59,60 @@ void NgramDrafter::sync(std::span<const int32_t> context) {
   }
 }
 
-int NgramDrafter::longest_match() const {
+int32_t NgramDrafter::match_length(int32_t end, int32_t known) const {
   const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
-  for (int n = std::min<int>(options_.max_n, last + 1); n >= options_.min_n; --n) {
-    auto it = index_[n - 1].find(key(last, n));
-    if (it == index_[n - 1].end()) continue;
-    for (int32_t end : it->second) {
-      if (end < last && same_ngram(end, last, n)) return n;
-    }
+  int32_t length = known;
+  while (length < options_.max_match && end - length >= 0 &&
+         tokens_[end - length] == tokens_[last - length]) {
+    ++length;
   }
-  return 0;
+  return length;
 }
 
-void NgramDrafter::insert_continuation(int32_t from, int32_t length, double weight) {
+void NgramDrafter::find_candidates() {
+  candidates_.clear();
+  const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
+  const size_t wanted = static_cast<size_t>(std::max(1, options_.max_candidates));
+  for (int n = std::min<int>(options_.max_n, last + 1);
+       n >= options_.min_n && candidates_.size() < wanted; --n) {
+    auto it = index_[n - 1].find(key(last, n));
+    if (it == index_[n - 1].end()) continue;
+    const std::vector<int32_t>& ends = it->second;
+    const size_t longer = candidates_.size();  // found at a longer n: the same positions again
+    int scanned = 0;
+    for (auto e = ends.rbegin(); e != ends.rend() && scanned < options_.max_scan; ++e) {
+      if (*e >= last || !same_ngram(*e, last, n)) continue;
+      ++scanned;
+      const bool seen = std::any_of(candidates_.begin(), candidates_.begin() + longer,
+                                    [&](const Candidate& c) { return c.end == *e; });
+      if (!seen) candidates_.push_back({*e, match_length(*e, n)});
+    }
+    // Longest match first; the scan went newest first, which breaks ties by recency.
+    std::stable_sort(candidates_.begin() + longer, candidates_.end(),
+                     [](const Candidate& a, const Candidate& b) { return a.length > b.length; });
+  }
+  if (candidates_.size() > wanted) candidates_.resize(wanted);
+}
+
+int NgramDrafter::longest_match() const {
+  return candidates_.empty() ? 0 : candidates_.front().length;
+}
+
+void NgramDrafter::insert_continuation(std::span<const int32_t> continuation, double weight,
+                                       int64_t confident) {
   int32_t node = 0;
   trie_[0].weight += weight;
-  for (int32_t i = from; i < from + length; ++i) {
+  for (size_t k = 0; k < continuation.size(); ++k) {
+    const int32_t token = continuation[k];
+    // Past what the match vouches for, each token is half as likely to be reached.
+    if (static_cast<int64_t>(k) >= confident) weight *= 0.5;
     int32_t next = -1;
     for (int32_t child : trie_[node].children) {
-      if (trie_[child].token == tokens_[i]) next = child;
+      if (trie_[child].token == token) next = child;
     }
     if (next < 0) {
       next = static_cast<int32_t>(trie_.size());
-      trie_.push_back({tokens_[i], node, 0.0, {}});
+      trie_.push_back({token, node, 0.0, {}});
       trie_[node].children.push_back(next);
     }
     trie_[next].weight += weight;
@@ -91,23 +123,28 @@ void NgramDrafter::insert_continuation(int32_t from, int32_t length, double weig
 DraftTree NgramDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
   sync(context);
   DraftTree tree;
+  candidates_.clear();
   const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
   if (last < 0 || budget <= 0 || max_depth <= 0) return tree;
 
+  find_candidates();
   trie_.clear();
   trie_.push_back({-1, -1, 0.0, {}});
-  // Longer matches predict better; the most recent occurrences of each length come first.
-  for (int n = std::min<int>(options_.max_n, last + 1); n >= options_.min_n; --n) {
-    auto it = index_[n - 1].find(key(last, n));
-    if (it == index_[n - 1].end()) continue;
-    const std::vector<int32_t>& ends = it->second;
-    int used = 0;
-    for (auto e = ends.rbegin(); e != ends.rend() && used < options_.max_occurrences; ++e) {
-      if (*e >= last || !same_ngram(*e, last, n)) continue;
-      const int32_t length = std::min<int32_t>(max_depth, last - *e);
-      insert_continuation(*e + 1, length, static_cast<double>(n));
-      ++used;
+  for (const Candidate& c : candidates_) {
+    // A match of L tokens makes the next ~L tokens likely copies too: draft as deep as the
+    // evidence runs. The text after the occurrence ends at the root; a match at least one period
+    // long (the suffix repeats itself) continues the period beyond it.
+    const int32_t period = last - c.end;
+    const bool periodic = c.length >= period;
+    const int64_t confident = options_.depth_base + int64_t{options_.depth_per_match} * c.length;
+    const int64_t deep = options_.fill_budget ? max_depth : confident;
+    const int32_t length =
+        static_cast<int32_t>(std::min<int64_t>({max_depth, deep, periodic ? deep : period}));
+    continuation_.clear();
+    for (int32_t k = 0; k < length; ++k) {
+      continuation_.push_back(k < period ? tokens_[c.end + 1 + k] : continuation_[k - period]);
     }
+    insert_continuation(continuation_, static_cast<double>(c.length) * c.length, confident);
   }
   if (trie_[0].children.empty()) return tree;
 

@@ -1,11 +1,20 @@
 // NgramDrafter: drafts from earlier occurrences of the sequence's recent suffix (prompt lookup /
-// suffix decoding). No model: code, quoted text and repetitive output repeat their own n-grams.
+// suffix decoding). No model: code, quoted text and edited copies repeat long spans of their own
+// context, so the text that followed the longest earlier match of the suffix is a good guess.
 //
-// For each n in [min_n, max_n] an index maps every n-gram of the sequence to the positions where
-// it ends, in increasing order. Proposing looks up the last n tokens for every n (longest first),
-// takes the continuations after the most recent occurrences, merges them into a trie weighted by
-// match length and keeps the heaviest nodes within the budget, so that diverging continuations
-// become sibling branches.
+// For each n in [1, max_n] an index maps every n-gram of the sequence (prompt + generated) to the
+// positions where it ends, in increasing order; it is updated incrementally, so a pass costs
+// O(new tokens) plus the lookup. Proposing:
+//   1. finds the longest n with an earlier occurrence of the last n tokens and measures each
+//      occurrence's true match length by comparing further back (up to max_match tokens), so an
+//      occurrence inside a long copied span outranks a recent but short match; shorter n-grams
+//      add candidates until there are max_candidates (down to min_n);
+//   2. takes each candidate's continuation, as deep as its match is long (depth_base +
+//      depth_per_match * match length): a long match along a copied span drafts a long chain, a
+//      one-token match a single guess, which keeps the verification rows cheap;
+//   3. merges the continuations into a trie weighted by match length squared and keeps the
+//      heaviest nodes within the budget, so diverging continuations become sibling branches and
+//      the likeliest one is the leftmost path.
 #pragma once
 
 #include <cstdint>
@@ -18,9 +27,19 @@
 namespace salvo {
 
 struct NgramOptions {
-  int min_n = 1;
-  int max_n = 4;
-  int max_occurrences = 8;  // most recent occurrences used per n
+  int min_n = 1;           // shortest suffix match drafted from
+  int max_n = 4;           // longest indexed n-gram; longer matches are measured by comparison
+  int max_candidates = 2;  // occurrences whose continuations form the tree
+  int max_scan = 32;       // most recent occurrences examined per n-gram length
+  int max_match = 64;      // match lengths are measured up to this
+  // A candidate drafts depth_base + depth_per_match * (its match length) tokens: on this CPU a
+  // row costs ~8% of a one-row pass, and a one-token match predicts about one token.
+  int depth_base = 0;
+  int depth_per_match = 1;
+  // Also draft past that depth, each further token at half the weight of the one before, so the
+  // tree fills the budget it is given: the most tokens per pass within the caps, for callers that
+  // size the budget themselves; without it a pass verifies only what the matches vouch for.
+  bool fill_budget = false;
 };
 
 class NgramDrafter : public Drafter {
@@ -29,11 +48,15 @@ class NgramDrafter : public Drafter {
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
 
-  // Length of the longest suffix of the indexed sequence (within [min_n, max_n]) that occurred
-  // earlier with a continuation; 0 if none.
+  // Length of the longest suffix of the indexed sequence (at least min_n, at most max_match)
+  // that occurred earlier with a continuation; 0 if none.
   int longest_match() const;
 
  private:
+  struct Candidate {
+    int32_t end;     // where the earlier occurrence of the suffix ends
+    int32_t length;  // how many tokens of the suffix it matches
+  };
   struct TrieNode {
     int32_t token;
     int32_t parent;  // trie index; -1 = root
@@ -49,14 +72,21 @@ class NgramDrafter : public Drafter {
   void unindex_position(int32_t end);
   uint64_t key(int32_t end, int n) const;
   bool same_ngram(int32_t end_a, int32_t end_b, int n) const;
-  void insert_continuation(int32_t from, int32_t length, double weight);
+  // Tokens before `end` (inclusive) that equal those before the last token, at least `known`.
+  int32_t match_length(int32_t end, int32_t known) const;
+  // Earlier occurrences of the suffix, longest match first (then most recent).
+  void find_candidates();
+  // Adds one candidate's continuation; tokens from `confident` on weigh less and less.
+  void insert_continuation(std::span<const int32_t> continuation, double weight, int64_t confident);
 
   NgramOptions options_;
   std::vector<int32_t> tokens_;
   // index_[n - 1]: hash of the n-gram ending at position e -> every such e, increasing. Hash
   // collisions are harmless: lookups compare the tokens.
   std::vector<std::unordered_map<uint64_t, std::vector<int32_t>>> index_;
-  std::vector<TrieNode> trie_;  // scratch of propose(); trie_[0] is the root
+  std::vector<Candidate> candidates_;  // scratch of propose()
+  std::vector<int32_t> continuation_;  // scratch of propose()
+  std::vector<TrieNode> trie_;         // scratch of propose(); trie_[0] is the root
 };
 
 }  // namespace salvo

@@ -98,18 +98,35 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
   // One plain pass first: every later decision compares against its cost.
   if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
-  if (drafting_ && ++drafted_since_plain_ > kPlainRefresh) {
-    // The one-row cost drifts (load, context length); every comparison depends on it.
+  // The one-row cost drifts (load, context length) and every comparison depends on it: it is
+  // re-measured every kPlainRefresh drafted passes, and four times as often while drafting wins
+  // by less than kClearWin, where a stale plain figure could keep a losing drafter on.
+  const bool clear_win = drafted_rate_ * pass_ms(1) > kClearWin;
+  const int refresh = clear_win ? kPlainRefresh : kPlainRefresh / 4;
+  if (drafting_ && ++drafted_since_plain_ > refresh) {
     drafted_since_plain_ = 0;
     return {};
   }
   if (!drafting_) {
     if (++plain_passes_since_probe_ < probe_gap_) return {};
+    // What the probe would lose if it fails again, with the drafter's catch-up over every token
+    // since it last ran, is paid from what speculation has gained so far plus a small share of
+    // the plain time since the last probe. On text where drafting never pays, probes thus cost
+    // at most that share; a draft model whose catch-up alone costs more than the share is not
+    // probed again unless it has gained before.
+    const double probe_cost = probe_cost_ms_ + catch_up_ms_per_token_ * plain_run_;
+    if (probe_cost > kProbeShare * plain_ms_since_probe_ + std::max(0.0, gain_ms_)) return {};
     // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
     plain_passes_since_probe_ = 0;
+    plain_ms_since_probe_ = 0;
     probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
   }
   return best_size(max_budget, max_depth);
+}
+
+void SpecPolicy::add_catch_up(double ms, int missed) {
+  if (missed > 0)
+    catch_up_ms_per_token_ = ema(catch_up_ms_per_token_, std::max(0.0, ms) / missed, kAlpha);
 }
 
 void SpecPolicy::record(const PassRecord& pass) {
@@ -117,10 +134,23 @@ void SpecPolicy::record(const PassRecord& pass) {
   if (static_cast<int>(pass_ms_by_rows_.size()) <= pass.rows) {
     pass_ms_by_rows_.resize(pass.rows + 1, 0);
   }
-  pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, kAlpha);
+  // While drafting, plain passes are the sparse re-measurements: each must count.
+  const double alpha = pass.rows == 1 ? kPlainAlpha : kAlpha;
+  pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, alpha);
   const bool after_plain = previous_plain_;
   previous_plain_ = pass.rows == 1;
-  if (pass.rows == 1) return;
+  if (pass.rows == 1) {
+    ++plain_run_;
+    if (!drafting_) plain_ms_since_probe_ += pass.pass_ms;
+    return;
+  }
+  plain_run_ = 0;
+  gain_ms_ += pass.tokens_emitted * pass_ms(1) - pass.pass_ms - pass.draft_ms;
+  // Tokens the drafter has not seen: those since its last pass (the whole context at first, or
+  // when a new request replaced the context).
+  const int missed =
+      pass.context >= drafted_context_ ? pass.context - drafted_context_ : pass.context;
+  drafted_context_ = pass.context;
 
   if (static_cast<int>(tested_.size()) < pass.tested) {
     tested_.resize(pass.tested, 0);
@@ -139,18 +169,41 @@ void SpecPolicy::record(const PassRecord& pass) {
   // time is replaced by the steady-state estimate (nothing, before one exists).
   double draft_ms = pass.draft_ms;
   if (after_plain) {
+    // Without a steady-state estimate yet, this pass says nothing about the rate: drafting
+    // continues for one more pass, which measures it.
+    if (draft_ms_per_level_ == 0 && pass.draft_ms > 0) {
+      first_draft_ms_ = pass.draft_ms;
+      first_depth_ = pass.tree_depth;
+      first_missed_ = missed;
+      return;
+    }
     draft_ms = draft_ms_per_level_ * pass.tree_depth;
+    add_catch_up(pass.draft_ms - draft_ms, missed);
   } else if (pass.tree_depth > 0) {
+    const bool first_estimate = draft_ms_per_level_ == 0;
     draft_ms_per_level_ = ema(draft_ms_per_level_, pass.draft_ms / pass.tree_depth, kAlpha);
+    if (first_estimate)
+      add_catch_up(first_draft_ms_ - draft_ms_per_level_ * first_depth_, first_missed_);
   }
   if (pass.tree_depth > 0) {
     nodes_per_level_ =
         ema(nodes_per_level_, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
   }
-  drafted_rate_ = ema(drafted_rate_, pass.tokens_emitted / (pass.pass_ms + draft_ms), kAlpha);
+  // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
+  // predicts that from the tokens missed), decides how long the next probe waits.
+  if (!drafting_) episode_loss_ms_ = 0;
+  episode_loss_ms_ += pass.pass_ms + draft_ms - pass.tokens_emitted * pass_ms(1);
+  // A probe's rate stands alone: the drafted passes before it are from text that has changed.
+  const double rate = pass.tokens_emitted / (pass.pass_ms + draft_ms);
+  drafted_rate_ = drafting_ ? ema(drafted_rate_, rate, kAlpha) : rate;
   // Measured tokens per millisecond, drafted against plain.
   const bool pays = drafted_rate_ > kMargin * expected_rate({});
   if (pays && !drafting_) probe_gap_ = kFirstProbe;
+  if (!pays) {
+    // The episode (or the probe) failed: the next probe waits until its loss is a small share.
+    if (drafting_) plain_ms_since_probe_ = 0;
+    probe_cost_ms_ = std::max(0.0, episode_loss_ms_);
+  }
   drafting_ = pays;
 }
 

@@ -14,6 +14,13 @@
 // maximises expected tokens per millisecond within the user's caps, and falls back to plain
 // decoding while measured drafted passes lose to plain ones, probing again now and then (with
 // growing intervals) in case the text became predictable.
+//
+// Probes are not free: a drafted pass that loses costs more than the plain pass it replaces, and
+// the first one after plain passes also pays the drafter's catch-up (a draft model runs every
+// token it missed). So the next probe waits until what it would lose if it failed like the last
+// episode, plus the catch-up predicted from the tokens missed, is covered by what drafting has
+// gained so far plus kProbeShare of the plain time since the last probe; that bounds what
+// speculation can lose on text where it never pays.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +43,7 @@ struct PassRecord {
   int accepted = 0;        // depths accepted (the accepted path's length)
   int tested = 0;          // depths tested: accepted, plus one if a draft was rejected below it
   int tokens_emitted = 1;  // accepted + the bonus token
+  int context = 0;         // committed tokens of the sequence before the pass
 };
 
 class SpecPolicy {
@@ -59,17 +67,22 @@ class SpecPolicy {
 
  private:
   static constexpr double kAlpha = 0.25;       // EMA weight of the newest pass
+  static constexpr double kPlainAlpha = 0.5;   // ... of the newest one-row pass
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
   // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
   static constexpr double kPriorRowCost = 0.08;
-  static constexpr double kMargin = 1.05;   // drafting must win by 5% to be kept
-  static constexpr int kFirstProbe = 8;     // plain passes before the first re-probe
-  static constexpr int kMaxProbeGap = 512;  // longest wait between probes
-  static constexpr int kPlainRefresh = 32;  // drafted passes between plain ones that re-measure
+  static constexpr double kMargin = 1.05;       // drafting must win by 5% to be kept
+  static constexpr int kFirstProbe = 8;         // plain passes before the first re-probe
+  static constexpr int kMaxProbeGap = 512;      // longest wait between probes
+  static constexpr int kPlainRefresh = 32;      // drafted passes between plain ones that re-measure
+  static constexpr double kClearWin = 1.5;      // drafted over plain rate that needs fewer checks
+  static constexpr double kProbeShare = 0.015;  // of plain time that failed probes may cost
 
   DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
+  // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.
+  void add_catch_up(double ms, int missed);
 
   bool adaptive_;
   std::vector<double> pass_ms_by_rows_;    // [rows] EMA; 0 = not measured
@@ -82,6 +95,20 @@ class SpecPolicy {
   int plain_passes_since_probe_ = 0;
   int drafted_since_plain_ = 0;
   int probe_gap_ = kFirstProbe;
+  // Time the current drafting episode lost against plain passes (negative: gained), with the
+  // drafter's actual time, catch-up included.
+  double episode_loss_ms_ = 0;
+  double probe_cost_ms_ = 0;          // what the last failed episode lost, catch-up aside
+  double catch_up_ms_per_token_ = 0;  // the drafter's catch-up per plain pass it missed
+  // Time all drafted passes saved against plain passes, catch-up included (negative: lost).
+  double gain_ms_ = 0;
+  int plain_run_ = 0;        // plain passes since the last drafted one
+  int drafted_context_ = 0;  // PassRecord::context of the last drafted pass
+  // The first drafted pass (the drafter's whole catch-up, e.g. a draft model's prompt prefill),
+  // kept until a steady-state draft cost separates its catch-up part.
+  double first_draft_ms_ = 0;
+  int first_depth_ = 0, first_missed_ = 0;
+  double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
 };
 
 }  // namespace salvo

@@ -239,11 +239,59 @@ TEST(NgramDrafterTest, ContinuesARepeatingPattern) {
   NgramDrafter drafter;
   const Ints context = {1, 2, 3, 4, 5, 1, 2, 3, 4, 5, 1, 2, 3};
   EXPECT_EQ(drafter.propose(context, 16, 6).max_depth(), 6);
-  EXPECT_EQ(drafter.longest_match(), 4);
+  // The suffix "1 2 3 4 5 1 2 3" matches 8 tokens back: more than one period, so the draft
+  // continues the period past the root.
+  EXPECT_EQ(drafter.longest_match(), 8);
   const DraftTree tree = drafter.propose(context, 16, 6);
   ASSERT_TRUE(tree.is_valid());
   EXPECT_EQ(leftmost_path(tree), Ints({4, 5, 1, 2, 3, 4}));
   EXPECT_LE(tree.size(), 16);
+}
+
+// An edited copy: the prompt quotes a span, the answer copies it. The occurrence inside the long
+// copied span wins over a more recent occurrence of a shorter suffix, and its chain runs as deep
+// as the match is long.
+TEST(NgramDrafterTest, LongestMatchFirstAndAsDeepAsItRuns) {
+  Ints quoted;
+  for (int32_t t = 100; t < 150; ++t) quoted.push_back(t);
+  Ints context = {1, 2, 3};
+  context.insert(context.end(), quoted.begin(), quoted.end());
+  // Generated: a preamble in which "104 105" was followed by something else, then the copy.
+  context.insert(context.end(), {7, 104, 105, 50, 8});
+  NgramDrafter drafter;
+  for (int copied = 1; copied <= 24; ++copied) {
+    Ints now = context;
+    now.insert(now.end(), quoted.begin(), quoted.begin() + copied);
+    const DraftTree tree = drafter.propose(now, 32, 20);
+    ASSERT_TRUE(tree.is_valid());
+    EXPECT_EQ(drafter.longest_match(), copied) << copied;
+    // As deep as the match is long, up to the cap.
+    const int depth = std::min(20, copied);
+    const Ints expected(quoted.begin() + copied, quoted.begin() + copied + depth);
+    EXPECT_EQ(leftmost_path(tree), expected) << copied;
+  }
+  // After "... 103 104 105" both occurrences of "104 105" continue: 106 (matching 6 tokens, the
+  // copy) first, 50 (matching 2, the preamble) as a shallower sibling.
+  Ints now = context;
+  now.insert(now.end(), quoted.begin(), quoted.begin() + 6);
+  const DraftTree tree = drafter.propose(now, 32, 20);
+  EXPECT_EQ(root_children_tokens(tree), Ints({106, 50}));
+  EXPECT_EQ(tree.max_depth(), 6);
+  EXPECT_EQ(tree.size(), 6 + 2);  // the sibling drafts 2 tokens: 50 8
+}
+
+// A one-token match is weak evidence: it drafts one guess, not a deep chain of rows.
+TEST(NgramDrafterTest, ShortMatchesDraftShallow) {
+  NgramDrafter drafter;
+  const Ints context = {5, 1, 2, 3, 4, 6, 7, 8, 9, 5};
+  const DraftTree tree = drafter.propose(context, 16, 8);
+  ASSERT_TRUE(tree.is_valid());
+  EXPECT_EQ(leftmost_path(tree), Ints({1}));
+  EXPECT_EQ(tree.size(), 1);
+  // Wider candidates on request: every occurrence of the one-token suffix branches.
+  NgramDrafter wide(NgramOptions{.max_candidates = 4});
+  const DraftTree branches = wide.propose(Ints{5, 1, 5, 2, 5, 3, 5}, 16, 8);
+  EXPECT_EQ(root_children_tokens(branches), Ints({3, 2, 1}));  // most recent first
 }
 
 TEST(NgramDrafterTest, DivergingContinuationsBecomeSiblings) {
@@ -254,8 +302,9 @@ TEST(NgramDrafterTest, DivergingContinuationsBecomeSiblings) {
   Ints children = root_children_tokens(tree);
   std::sort(children.begin(), children.end());
   EXPECT_EQ(children, Ints({2, 3}));
-  // "9 7 1" also matches before the 3: the longer match weighs more and its branch comes first.
+  // "9 7 1" matches before the 3: the longer match weighs more and its branch comes first.
   EXPECT_EQ(leftmost_path(tree), Ints({3, 9, 7}));
+  EXPECT_EQ(drafter.longest_match(), 3);
 }
 
 TEST(NgramDrafterTest, RespectsBudgetAndDepth) {
@@ -280,6 +329,21 @@ TEST(NgramDrafterTest, NoMatchNoDraft) {
   NgramDrafter bigrams_only(NgramOptions{.min_n = 2});
   EXPECT_TRUE(bigrams_only.propose(Ints{1, 2, 3, 1}, 16, 8).empty());
   EXPECT_FALSE(bigrams_only.propose(Ints{1, 2, 3, 1, 2}, 16, 8).empty());
+}
+
+// Filling: past what the matches vouch for, the tree still uses the budget it is given, the
+// confident chain first.
+TEST(NgramDrafterTest, FillingUsesTheBudget) {
+  NgramDrafter filling(NgramOptions{.max_candidates = 8, .fill_budget = true});
+  NgramDrafter shallow;
+  // "5" occurred three times, followed by 1 2 3 / 6 7 0 / 8 9 10: one-token matches.
+  const Ints context = {5, 1, 2, 3, 4, 5, 6, 7, 0, 5, 8, 9, 10, 5};
+  EXPECT_EQ(shallow.propose(context, 16, 8).max_depth(), 1);
+  const DraftTree tree = filling.propose(context, 8, 3);
+  ASSERT_TRUE(tree.is_valid());
+  EXPECT_EQ(tree.size(), 8);  // three chains of up to 3: 3 + 3 + 3 > 8
+  EXPECT_EQ(tree.max_depth(), 3);
+  EXPECT_EQ(root_children_tokens(tree), Ints({8, 6, 1}));  // most recent first
 }
 
 // The index follows a context that grows, is rewound or replaced, as a fresh drafter would.
