@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/string_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace salvo {
@@ -24,12 +25,6 @@ enum TokenAttr : uint32_t {
   kAttrUserDefined = 1u << 4,
   kAttrByte = 1u << 5,
 };
-
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
 // A byte-level BPE merge: ranks order merges (lower first); result is the interned id of the
 // merged string.
@@ -46,7 +41,6 @@ struct Tokenizer::Impl {
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<uint32_t> attrs;
-  StringIdMap token_ids;
 
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1;
   int32_t fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;  // end generation too
@@ -63,8 +57,9 @@ struct Tokenizer::Impl {
   };
   std::vector<TrieNode> special_trie;
 
-  // BPE: strings that merges can produce or consume, interned. Ids below n_vocab are tokens.
-  StringIdMap interned_ids;
+  // Ids of the tokens and, for BPE, of the other strings that merges produce or consume
+  // (interned: ids from n_vocab on).
+  StringIndex ids;
   std::vector<std::string> interned;  // only entries past the vocabulary
   std::unordered_map<uint64_t, BpeMerge> merges;
   int32_t byte_symbol[256];  // interned id of each byte's GPT-2 character
@@ -76,10 +71,12 @@ struct Tokenizer::Impl {
   const std::string& interned_text(int32_t id) const {
     return id < n_vocab() ? tokens[id] : interned[id - n_vocab()];
   }
+  // The token whose text is `text` (interned strings that are not tokens do not count).
   std::optional<int32_t> lookup(std::string_view text) const {
-    auto it = token_ids.find(text);
-    if (it == token_ids.end()) return std::nullopt;
-    return it->second;
+    const auto id =
+        ids.find(text, [this](int32_t i) -> std::string_view { return interned_text(i); });
+    if (!id || *id >= n_vocab()) return std::nullopt;
+    return id;
   }
 
   Status init_bpe(const std::vector<std::string>& merge_lines);
