@@ -20,11 +20,7 @@ const GgufTensorInfo* TensorBinder::find(const std::string& name) {
 WeightView TensorBinder::matrix(const std::string& name, int64_t n_in, int64_t n_out) {
   WeightView view = bind_matrix(name, n_in, n_out);
   if (view.data == nullptr || view.packed != nullptr) return view;
-  view = packed_copy(view);
-  if (view.packed != nullptr) {
-    gguf_.release_pages(view.data, row_bytes(view.type, view.n_in) * view.n_out);
-  }
-  return view;
+  return packed_copy(view);
 }
 
 WeightView TensorBinder::table(const std::string& name, int64_t n_in, int64_t n_out) {
@@ -39,6 +35,9 @@ WeightView TensorBinder::packed_copy(const WeightView& view) {
   }
   packed_store_->push_back(cpu::pack_matrix(view, nullptr));
   packed.packed = packed_store_->back().get();
+  // Packing read every page of the table; only the few rows that embedding lookups touch need
+  // to come back (from the page cache), so the rest must not stay in the resident set.
+  gguf_.release_pages(view.data, row_bytes(view.type, view.n_in) * view.n_out);
   return packed;
 }
 
@@ -102,6 +101,35 @@ void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n
                     MatmulScratch& scratch) {
   matmul(pool, l.weight, x, n_rows, y, scratch);
   if (l.bias != nullptr) ops::add_bias(y, l.bias, n_rows, static_cast<int>(l.weight.n_out));
+}
+
+namespace {
+void linear_forward_n(ThreadPool& pool, const Linear* const* ls, float* const* ys, int n,
+                      const float* x, int64_t n_rows, MatmulScratch& scratch) {
+  const WeightView* ws[3];
+  for (int i = 0; i < n; ++i) ws[i] = &ls[i]->weight;
+  matmul_multi(pool, ws, ys, n, x, n_rows, scratch);
+  for (int i = 0; i < n; ++i) {
+    if (ls[i]->bias != nullptr) {
+      ops::add_bias(ys[i], ls[i]->bias, n_rows, static_cast<int>(ls[i]->weight.n_out));
+    }
+  }
+}
+}  // namespace
+
+void linear_forward2(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const float* x, int64_t n_rows, MatmulScratch& scratch) {
+  const Linear* ls[] = {&l0, &l1};
+  float* ys[] = {y0, y1};
+  linear_forward_n(pool, ls, ys, 2, x, n_rows, scratch);
+}
+
+void linear_forward3(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const Linear& l2, float* y2, const float* x, int64_t n_rows,
+                     MatmulScratch& scratch) {
+  const Linear* ls[] = {&l0, &l1, &l2};
+  float* ys[] = {y0, y1, y2};
+  linear_forward_n(pool, ls, ys, 3, x, n_rows, scratch);
 }
 
 void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,

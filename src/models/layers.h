@@ -36,7 +36,8 @@ class TensorBinder {
   WeightView matrix(const std::string& name, int64_t n_in, int64_t n_out);
   // A matrix read by rows (an embedding table): never packed, pages stay mapped.
   WeightView table(const std::string& name, int64_t n_in, int64_t n_out);
-  // `view` (a table) also used by matmul (a tied LM head): packed, its pages kept.
+  // `view` (a table) also used by matmul (a tied LM head): packed, its pages released (row
+  // lookups fault back the pages they touch).
   WeightView packed_copy(const WeightView& view);
   // An F32 vector of n elements.
   const float* vector(const std::string& name, int64_t n);
@@ -64,6 +65,13 @@ struct Scratch {
 };
 
 // y = x W^T (+ b): [n_rows, n_out]
+// Two or three linears over the same x (gate/up, Q/K/V) through one matmul_multi: the same
+// bits as separate linear_forward calls, one activation quantization and one pool pass.
+void linear_forward2(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const float* x, int64_t n_rows, MatmulScratch& scratch);
+void linear_forward3(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const Linear& l2, float* y2, const float* x, int64_t n_rows,
+                     MatmulScratch& scratch);
 void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n_rows, float* y,
                     MatmulScratch& scratch);
 

@@ -54,16 +54,16 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     const LlamaLayer& l = layers_[il];
     // Attention block.
     ops::rms_norm(s.x.data(), l.attn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.wq, s.h.data(), n, s.q.data(), s.matmul);  // [n, n_head * head_dim]
-    linear_forward(pool, l.wk, s.h.data(), n, s.k.data(), s.matmul);  // [n, n_head_kv * head_dim]
-    linear_forward(pool, l.wv, s.h.data(), n, s.v.data(), s.matmul);
+    // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim].
+    linear_forward3(pool, l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.h.data(), n,
+                    s.matmul);
     rope_and_attend(pool, c, il, batch, kv, s, c.rope_base, 0);
     linear_forward(pool, l.wo, s.attn.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (SwiGLU).
     ops::rms_norm(s.x.data(), l.ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.ffn_gate, s.h.data(), n, s.gate.data(), s.matmul);
-    linear_forward(pool, l.ffn_up, s.h.data(), n, s.up.data(), s.matmul);
+    linear_forward2(pool, l.ffn_gate, s.gate.data(), l.ffn_up, s.up.data(), s.h.data(), n,
+                    s.matmul);
     ops::silu_mul(s.gate.data(), s.up.data(), n * c.n_ff);
     linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
