@@ -104,10 +104,7 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (GELU-gated).
     ops::rms_norm(s.x.data(), l.ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward2(pool, l.ffn_gate, s.gate.data(), l.ffn_up, s.up.data(), s.h.data(), n,
-                    s.matmul);
-    ops::gelu_tanh_mul(s.gate.data(), s.up.data(), n * c.n_ff);
-    linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
+    gated_ffn(pool, l.ffn_gate, l.ffn_up, l.ffn_down, GatedAct::kGeluTanh, n, s);
     ops::rms_norm(s.h.data(), l.post_ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
   }

@@ -1,5 +1,6 @@
 #include "models/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -74,7 +75,15 @@ const float* TensorBinder::vector(const std::string& name, int64_t n) {
     return nullptr;
   }
   bytes_bound_ += info->size_bytes;
-  return reinterpret_cast<const float*>(gguf_.tensor_data(*info));
+  const auto* data = reinterpret_cast<const float*>(gguf_.tensor_data(*info));
+  if (packed_store_ == nullptr) return data;
+  // Norm weights and biases are small and scattered between the matrices: reading them from
+  // the mapping would fault back (with the kernel's fault-around) tens of KiB of released
+  // matrix pages each, so the model keeps its own copy.
+  auto copy = std::make_unique<uint8_t[]>(n * sizeof(float));
+  std::memcpy(copy.get(), data, n * sizeof(float));
+  packed_store_->push_back(std::move(copy));
+  return reinterpret_cast<const float*>(packed_store_->back().get());
 }
 
 Linear TensorBinder::linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias) {
@@ -92,8 +101,8 @@ void Scratch::prepare(const ModelConfig& c, const TokenBatch& batch, const KvCac
   k.resize(n * c.kv_width());
   v.resize(n * c.v_width());
   attn.resize(n * c.n_head * c.head_dim_v);
-  gate.resize(n * c.n_ff);
-  up.resize(n * c.n_ff);
+  gate.resize(std::min<size_t>(n, kFfnRows) * c.n_ff);
+  up.resize(std::min<size_t>(n, kFfnRows) * c.n_ff);
   layout.build(batch, kv);
 }
 
@@ -130,6 +139,23 @@ void linear_forward3(ThreadPool& pool, const Linear& l0, float* y0, const Linear
   const Linear* ls[] = {&l0, &l1, &l2};
   float* ys[] = {y0, y1, y2};
   linear_forward_n(pool, ls, ys, 3, x, n_rows, scratch);
+}
+
+void gated_ffn(ThreadPool& pool, const Linear& gate, const Linear& up, const Linear& down,
+               GatedAct act, int64_t n, Scratch& s) {
+  const int64_t n_embd = gate.weight.n_in, n_ff = gate.weight.n_out;
+  for (int64_t r0 = 0; r0 < n; r0 += kFfnRows) {
+    const int64_t m = std::min(kFfnRows, n - r0);
+    float* h = s.h.data() + r0 * n_embd;
+    linear_forward2(pool, gate, s.gate.data(), up, s.up.data(), h, m, s.matmul);
+    if (act == GatedAct::kSilu) {
+      ops::silu_mul(s.gate.data(), s.up.data(), m * n_ff);
+    } else {
+      ops::gelu_tanh_mul(s.gate.data(), s.up.data(), m * n_ff);
+    }
+    // Rows r0.. of h were read above; later rows are still the input of later passes.
+    linear_forward(pool, down, s.gate.data(), m, h, s.matmul);
+  }
 }
 
 void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,

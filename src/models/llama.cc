@@ -20,6 +20,9 @@ Expected<std::unique_ptr<Model>> LlamaModel::load(std::unique_ptr<GgufFile> gguf
   // Small models tie the LM head to the embedding table.
   m->output_ = bind.has("output.weight") ? bind.matrix("output.weight", c.n_embd, c.n_vocab)
                                          : bind.packed_copy(m->token_embd_);
+  // Tied: embedding rows come from the packed copy too (ops::embed), so the mapped table,
+  // released after packing, is not faulted back in.
+  if (m->output_.data == m->token_embd_.data) m->token_embd_.packed = m->output_.packed;
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayer& l = m->layers_.emplace_back();
@@ -62,10 +65,7 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (SwiGLU).
     ops::rms_norm(s.x.data(), l.ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward2(pool, l.ffn_gate, s.gate.data(), l.ffn_up, s.up.data(), s.h.data(), n,
-                    s.matmul);
-    ops::silu_mul(s.gate.data(), s.up.data(), n * c.n_ff);
-    linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
+    gated_ffn(pool, l.ffn_gate, l.ffn_up, l.ffn_down, GatedAct::kSilu, n, s);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
   }
   output_logits(pool, batch, s.x.data(), c.n_embd, output_norm_, c.rms_eps, output_, s, logits);

@@ -272,6 +272,25 @@ TEST_P(PackedMatmulTest, RowInvariantAcrossBatchAndThreads) {
   }
 }
 
+// A tied embedding table reads its rows back from the packed copy: every row must come back as
+// the GGUF bytes it was packed from (the k-quant layouts do not undo, and say so).
+TEST_P(PackedMatmulTest, UnpackRowGivesTheGgufRow) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 24;
+  std::mt19937 rng(9 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  WeightView view{type, w.data(), n_out, n_in};
+  const auto packed_buf = cpu::pack_matrix(view, nullptr);
+  view.packed = packed_buf.get();
+  const size_t bytes = row_bytes(type, n_in);
+  std::vector<uint8_t> row(bytes);
+  const bool undoable = type != DType::kQ4_K && type != DType::kQ6_K;
+  for (int64_t r = 0; r < n_out; ++r) {
+    ASSERT_EQ(undoable, cpu::unpack_row(view, r, row.data()));
+    if (undoable) EXPECT_EQ(0, std::memcmp(row.data(), &w[r * bytes], bytes)) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KQuants, PackedMatmulTest,
                          testing::Values(Case{DType::kQ4_K, 768}, Case{DType::kQ4_K, 1536},
                                          Case{DType::kQ6_K, 768}, Case{DType::kQ6_K, 1536}),

@@ -370,6 +370,77 @@ std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool) {
   return buf;
 }
 
+bool unpack_row(const WeightView& w, int64_t row, void* dst) {
+  if (w.packed == nullptr || row < 0 || row >= w.n_out) return false;
+  const int64_t n_blocks = w.n_in / kQK;
+  const int k = static_cast<int>(row % kPackRows);
+  const uint8_t* group = static_cast<const uint8_t*>(w.packed) +
+                         (row / kPackRows) * packed_group_bytes(w.type, w.n_in);
+  // The nibbles of row k as a GGUF block's qs: quant e < 16 low, e >= 16 high.
+  auto unpack_nibbles = [k](const uint8_t(*qs)[kPackRows * 4], uint8_t* out) {
+    uint8_t q[kQK];
+    for (int s = 0; s < 4; ++s) {
+      for (int i = 0; i < 4; ++i) {
+        q[8 * s + i] = qs[s][4 * k + i] & 0xF;
+        q[8 * s + 4 + i] = qs[s][4 * k + i] >> 4;
+      }
+    }
+    for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+  };
+  switch (w.type) {
+    case DType::kQ4_0: {
+      const auto* p = reinterpret_cast<const PackedQ4_0*>(group);
+      auto* out = static_cast<BlockQ4_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+      }
+      return true;
+    }
+    case DType::kQ4_1: {
+      const auto* p = reinterpret_cast<const PackedQ4_1*>(group);
+      auto* out = static_cast<BlockQ4_1*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        out[b].m = p[b].m[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+      }
+      return true;
+    }
+    case DType::kQ5_0: {
+      const auto* p = reinterpret_cast<const PackedQ5_0*>(group);
+      auto* out = static_cast<BlockQ5_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+        uint32_t qh = 0;
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t bits = p[b].qh[4 * k + i];
+          for (int s = 0; s < 4; ++s) {
+            qh |= ((bits >> (2 * s)) & 1) << (8 * s + i);
+            qh |= ((bits >> (2 * s + 1)) & 1) << (8 * s + 4 + i);
+          }
+        }
+        std::memcpy(out[b].qh, &qh, 4);
+      }
+      return true;
+    }
+    case DType::kQ8_0: {
+      const auto* p = reinterpret_cast<const PackedQ8_0*>(group);
+      auto* out = static_cast<BlockQ8_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        for (int s = 0; s < 8; ++s) {
+          for (int i = 0; i < 4; ++i) out[b].qs[4 * s + i] = p[b].qs[s][4 * k + i];
+        }
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
+}
+
 void fill_portable_packed(CpuKernels& k) {
   k.packed[static_cast<int>(WeightKind::kQ4_K)] = one_row_at_a_time<packed_q4k_portable<1>>;
   k.packed[static_cast<int>(WeightKind::kQ6_K)] = one_row_at_a_time<packed_q6k_portable<1>>;

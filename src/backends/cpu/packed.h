@@ -85,5 +85,10 @@ size_t packed_bytes(DType type, int64_t n_out, int64_t n_in);
 size_t packed_group_bytes(DType type, int64_t n_in);
 // Repacks the whole matrix (packable(w) must hold); threads split the row groups.
 std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool);
+// Writes row `row` of w.packed back in its GGUF block format (row_bytes(w.type, w.n_in) bytes
+// at dst), so a tied embedding table reads its rows from the packed copy and its mapped pages
+// stay released. Returns false where the layout cannot be undone (Q4_K, Q6_K) or w has no
+// packed copy.
+bool unpack_row(const WeightView& w, int64_t row, void* dst);
 
 }  // namespace salvo::cpu
