@@ -75,10 +75,10 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   std::priority_queue<Bigram, std::vector<Bigram>, BigramWorse> queue;
   auto add_bigram = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
-    const auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it == merges.end()) return;
-    queue.push(Bigram{it->second.rank, left, right, symbols[left].id, symbols[right].id,
-                      it->second.result});
+    const BpeMerge* merge = merges.find(pair_key(symbols[left].id, symbols[right].id));
+    if (merge == nullptr) return;
+    queue.push(
+        Bigram{merge->rank, left, right, symbols[left].id, symbols[right].id, merge->result});
   };
 
   for (const std::string& word : pretokenize(pre, text)) {

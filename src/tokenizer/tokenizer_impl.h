@@ -6,7 +6,6 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/pretokenize.h"
@@ -31,6 +30,54 @@ enum TokenAttr : uint32_t {
 struct BpeMerge {
   int32_t rank;
   int32_t result;
+};
+
+// Merges by (left id, right id) key, open addressing: 16 bytes a slot at most 3/4 full, where
+// hash-map nodes cost 32 bytes each plus the bucket array.
+class MergeTable {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap * 3 < n * 4) cap *= 2;
+    if (cap > slots_.size()) rehash(cap);
+  }
+  // Keeps the first merge stored for a key.
+  void emplace(uint64_t key, BpeMerge merge) {
+    if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.empty() ? 16 : 2 * slots_.size());
+    size_t i = slot_of(key);
+    for (; slots_[i].key != kEmpty; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return;
+    }
+    slots_[i] = {key, merge};
+    ++size_;
+  }
+  const BpeMerge* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = slot_of(key); slots_[i].key != kEmpty; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return &slots_[i].merge;
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are non-negative int32s
+  struct Slot {
+    uint64_t key = kEmpty;
+    BpeMerge merge{};
+  };
+  size_t slot_of(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+  }
+  void rehash(size_t cap) {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(cap, Slot{});
+    size_ = 0;
+    for (const Slot& s : old) {
+      if (s.key != kEmpty) emplace(s.key, s.merge);
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
 };
 
 enum class VocabKind { kBpe, kSpm };
@@ -61,7 +108,7 @@ struct Tokenizer::Impl {
   // (interned: ids from n_vocab on).
   StringIndex ids;
   std::vector<std::string> interned;  // only entries past the vocabulary
-  std::unordered_map<uint64_t, BpeMerge> merges;
+  MergeTable merges;
   int32_t byte_symbol[256];  // interned id of each byte's GPT-2 character
 
   // SPM: byte fallback tokens <0x00>..<0xFF>.
