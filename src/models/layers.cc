@@ -34,11 +34,11 @@ WeightView TensorBinder::packed_copy(const WeightView& view) {
       !cpu::packable(view.type, view.n_out, view.n_in)) {
     return packed;
   }
-  packed_store_->push_back(cpu::pack_matrix(view, nullptr));
+  // The source pages leave the resident set slice by slice as they are packed: nothing reads
+  // them again (embedding rows of a tied table come from the packed copy, ops::embed).
+  packed_store_->push_back(cpu::pack_matrix(
+      view, nullptr, [this](const void* p, size_t n) { gguf_.release_pages(p, n); }));
   packed.packed = packed_store_->back().get();
-  // Packing read every page of the table; only the few rows that embedding lookups touch need
-  // to come back (from the page cache), so the rest must not stay in the resident set.
-  gguf_.release_pages(view.data, row_bytes(view.type, view.n_in) * view.n_out);
   return packed;
 }
 

@@ -3,6 +3,7 @@
 // for bit.
 #include "backends/cpu/packed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <type_traits>
@@ -322,7 +323,8 @@ size_t packed_bytes(DType type, int64_t n_out, int64_t n_in) {
   return packed_group_bytes(type, n_in) * static_cast<size_t>(n_out / kPackRows);
 }
 
-std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool) {
+std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool,
+                                       const std::function<void(const void*, size_t)>& done_rows) {
   SALVO_CHECK(packable(w.type, w.n_out, w.n_in));
   std::unique_ptr<uint8_t[]> buf(new uint8_t[packed_bytes(w.type, w.n_out, w.n_in)]);
   const size_t row_stride = row_bytes(w.type, w.n_in);
@@ -364,8 +366,16 @@ std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool) {
   const int64_t n_groups = w.n_out / kPackRows;
   if (pool != nullptr) {
     pool->parallel_for(n_groups, pack);
-  } else {
+  } else if (!done_rows) {
     pack(0, 0, n_groups);
+  } else {
+    // Slices of about 1 MiB, each handed back as soon as it is packed.
+    const int64_t slice = std::max<int64_t>(1, (1 << 20) / (row_stride * kPackRows));
+    for (int64_t g = 0; g < n_groups; g += slice) {
+      const int64_t end = std::min(n_groups, g + slice);
+      pack(0, g, end);
+      done_rows(src + g * kPackRows * row_stride, (end - g) * kPackRows * row_stride);
+    }
   }
   return buf;
 }

@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 
 #include "backends/cpu/matmul.h"
@@ -83,8 +84,13 @@ bool packable(DType type, int64_t n_out, int64_t n_in);
 size_t packed_bytes(DType type, int64_t n_out, int64_t n_in);
 // Bytes of one group of kPackRows rows.
 size_t packed_group_bytes(DType type, int64_t n_in);
-// Repacks the whole matrix (packable(w) must hold); threads split the row groups.
-std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool);
+// Repacks the whole matrix (packable(w) must hold); threads split the row groups. Without a
+// pool, done_rows (if set) receives each packed slice of source rows (pointer, bytes) as soon
+// as it is done, so a caller can release their pages while a large table (Gemma 3's 262k-row
+// tied embedding) is packed instead of holding source and copy at once.
+std::unique_ptr<uint8_t[]> pack_matrix(
+    const WeightView& w, ThreadPool* pool,
+    const std::function<void(const void*, size_t)>& done_rows = {});
 // Writes row `row` of w.packed back in its GGUF block format (row_bytes(w.type, w.n_in) bytes
 // at dst), so a tied embedding table reads its rows from the packed copy and its mapped pages
 // stay released. Returns false where the layout cannot be undone (Q4_K, Q6_K) or w has no
