@@ -16,7 +16,7 @@ void touch_value(const salvo::GgufValue& v) {
   uint64_t acc = v.u + static_cast<uint64_t>(v.i) + v.s.size() + v.array_size();
   for (int64_t x : v.ints) acc += static_cast<uint64_t>(x);
   for (double x : v.floats) acc += x == x ? 1 : 0;
-  for (const std::string& s : v.strings) acc += s.size() + (s.empty() ? 0 : s.back());
+  for (std::string_view s : v.strings) acc += s.size() + (s.empty() ? 0 : s.back());
   for (const salvo::GgufValue& inner : v.arrays) touch_value(inner);
   acc += salvo::gguf_type_name(v.type).size() + salvo::gguf_type_name(v.elem_type).size();
   g_sink = g_sink + acc;

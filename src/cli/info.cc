@@ -62,7 +62,7 @@ Json value_json(const GgufValue& v) {
   Json items = Json::array();
   switch (v.elem_type) {
     case GgufType::kString:
-      for (const auto& s : v.strings) items.push_back(s);
+      for (const auto& s : v.strings) items.push_back(std::string(s));
       break;
     case GgufType::kArray:
       for (const auto& inner : v.arrays) items.push_back(value_json(inner));

@@ -25,6 +25,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
   auto tokenizer = Tokenizer::from_gguf(engine->model_->gguf());
   if (!tokenizer.ok()) return tokenizer.status().with_context(model_path);
   engine->tokenizer_ = std::move(tokenizer).value();
+  engine->model_->gguf().release_all_pages();
   if (!options.draft_model_path.empty()) {
     const std::string& path = options.draft_model_path;
     auto draft = load_model(path);
@@ -35,6 +36,7 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
     SALVO_RETURN_IF_ERROR(check_draft_vocabulary(*engine->tokenizer_, engine->model_->config(),
                                                  **draft_tokenizer,
                                                  engine->draft_model_->config()));
+    engine->draft_model_->gguf().release_all_pages();
   }
   if (!options.drafter_dir.empty()) {
     auto dflash = DflashModel::load(options.drafter_dir, *engine->model_);

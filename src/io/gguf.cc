@@ -236,6 +236,7 @@ class GgufParser {
   }
 
   Status read_string(std::string* s, const std::string& what);
+  Status read_string(std::string_view* s, const std::string& what);
   Status read_type(GgufType* type, const std::string& what);
   Status read_value(GgufType type, int depth, GgufValue* value, const std::string& what);
   Status read_array(int depth, GgufValue* value, const std::string& what);
@@ -252,6 +253,13 @@ class GgufParser {
 };
 
 Status GgufParser::read_string(std::string* s, const std::string& what) {
+  std::string_view view;
+  SALVO_RETURN_IF_ERROR(read_string(&view, what));
+  s->assign(view);
+  return Status();
+}
+
+Status GgufParser::read_string(std::string_view* s, const std::string& what) {
   const size_t at = pos_;
   uint64_t length = 0;
   SALVO_RETURN_IF_ERROR(read(&length, what + " string length"));
@@ -259,7 +267,7 @@ Status GgufParser::read_string(std::string* s, const std::string& what) {
     return error_at(at, what + ": string length " + std::to_string(length) + " exceeds the " +
                             std::to_string(remaining()) + " bytes left in the file");
   }
-  s->assign(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(length));
+  *s = std::string_view(reinterpret_cast<const char*>(data_ + pos_), static_cast<size_t>(length));
   pos_ += static_cast<size_t>(length);
   return Status();
 }
@@ -637,7 +645,7 @@ Expected<std::vector<std::string>> GgufFile::get_string_array(std::string_view k
   if (v->type != GgufType::kArray || v->elem_type != GgufType::kString) {
     return wrong_type(key, *v, "array of string");
   }
-  return v->strings;
+  return std::vector<std::string>(v->strings.begin(), v->strings.end());
 }
 
 Expected<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {

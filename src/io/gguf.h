@@ -46,8 +46,11 @@ struct GgufValue {
   GgufType elem_type = GgufType::kUint8;  // for kArray
   std::vector<int64_t> ints;              // integer and bool arrays (uint64 above 2^63 is clamped)
   std::vector<double> floats;             // float arrays
-  std::vector<std::string> strings;       // string arrays
-  std::vector<GgufValue> arrays;          // arrays of arrays
+  // String arrays, as views into the file's bytes (which outlive the GgufFile's values): a
+  // vocabulary and its merges are ~100k strings, and copies of them would stay on the heap for
+  // the model's whole life.
+  std::vector<std::string_view> strings;
+  std::vector<GgufValue> arrays;  // arrays of arrays
   size_t array_size() const;
 };
 
@@ -105,6 +108,10 @@ class GgufFile {
   // mapping (a tensor copied elsewhere at load): they leave the resident set, and a later read
   // faults them back in from the file.
   void release_pages(const void* p, size_t n) const;
+  // The same for the whole file, once a model and its tokenizer are built: packed matrices and
+  // copied vectors no longer read it, and whatever still does (unpacked matrices, embedding
+  // rows, metadata) faults back only the pages it touches.
+  void release_all_pages() const { release_pages(data_, size_); }
 
  private:
   GgufFile() = default;

@@ -93,9 +93,9 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
     const float rope_base = sliding ? c.rope_base_local : c.rope_base;
     // Attention block.
     ops::rms_norm(s.x.data(), l.attn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.wq, s.h.data(), n, s.q.data(), s.matmul);  // [n, n_head * head_dim]
-    linear_forward(pool, l.wk, s.h.data(), n, s.k.data(), s.matmul);  // [n, n_head_kv * head_dim]
-    linear_forward(pool, l.wv, s.h.data(), n, s.v.data(), s.matmul);
+    // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim].
+    linear_forward3(pool, l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.h.data(), n,
+                    s.matmul);
     ops::rms_norm_heads(s.q.data(), l.q_norm, n, c.n_head, c.head_dim, c.rms_eps);
     ops::rms_norm_heads(s.k.data(), l.k_norm, n, c.n_head_kv, c.head_dim, c.rms_eps);
     rope_and_attend(pool, c, il, batch, kv, s, rope_base, sliding ? c.sliding_window : 0);
@@ -104,10 +104,7 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (GELU-gated).
     ops::rms_norm(s.x.data(), l.ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.ffn_gate, s.h.data(), n, s.gate.data(), s.matmul);
-    linear_forward(pool, l.ffn_up, s.h.data(), n, s.up.data(), s.matmul);
-    ops::gelu_tanh_mul(s.gate.data(), s.up.data(), n * c.n_ff);
-    linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
+    gated_ffn(pool, l.ffn_gate, l.ffn_up, l.ffn_down, GatedAct::kGeluTanh, n, s);
     ops::rms_norm(s.h.data(), l.post_ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     capture_hidden(batch, il, s.x.data(), c.n_embd, hidden);

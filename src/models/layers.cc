@@ -1,5 +1,6 @@
 #include "models/layers.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -20,11 +21,7 @@ const GgufTensorInfo* TensorBinder::find(const std::string& name) {
 WeightView TensorBinder::matrix(const std::string& name, int64_t n_in, int64_t n_out) {
   WeightView view = bind_matrix(name, n_in, n_out);
   if (view.data == nullptr || view.packed != nullptr) return view;
-  view = packed_copy(view);
-  if (view.packed != nullptr) {
-    gguf_.release_pages(view.data, row_bytes(view.type, view.n_in) * view.n_out);
-  }
-  return view;
+  return packed_copy(view);
 }
 
 WeightView TensorBinder::table(const std::string& name, int64_t n_in, int64_t n_out) {
@@ -37,7 +34,10 @@ WeightView TensorBinder::packed_copy(const WeightView& view) {
       !cpu::packable(view.type, view.n_out, view.n_in)) {
     return packed;
   }
-  packed_store_->push_back(cpu::pack_matrix(view, nullptr));
+  // The source pages leave the resident set slice by slice as they are packed: nothing reads
+  // them again (embedding rows of a tied table come from the packed copy, ops::embed).
+  packed_store_->push_back(cpu::pack_matrix(
+      view, nullptr, [this](const void* p, size_t n) { gguf_.release_pages(p, n); }));
   packed.packed = packed_store_->back().get();
   return packed;
 }
@@ -75,7 +75,15 @@ const float* TensorBinder::vector(const std::string& name, int64_t n) {
     return nullptr;
   }
   bytes_bound_ += info->size_bytes;
-  return reinterpret_cast<const float*>(gguf_.tensor_data(*info));
+  const auto* data = reinterpret_cast<const float*>(gguf_.tensor_data(*info));
+  if (packed_store_ == nullptr) return data;
+  // Norm weights and biases are small and scattered between the matrices: reading them from
+  // the mapping would fault back (with the kernel's fault-around) tens of KiB of released
+  // matrix pages each, so the model keeps its own copy.
+  auto copy = std::make_unique<uint8_t[]>(n * sizeof(float));
+  std::memcpy(copy.get(), data, n * sizeof(float));
+  packed_store_->push_back(std::move(copy));
+  return reinterpret_cast<const float*>(packed_store_->back().get());
 }
 
 Linear TensorBinder::linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias) {
@@ -93,8 +101,8 @@ void Scratch::prepare(const ModelConfig& c, const TokenBatch& batch, const KvCac
   k.resize(n * c.kv_width());
   v.resize(n * c.v_width());
   attn.resize(n * c.n_head * c.head_dim_v);
-  gate.resize(n * c.n_ff);
-  up.resize(n * c.n_ff);
+  gate.resize(std::min<size_t>(n, kFfnRows) * c.n_ff);
+  up.resize(std::min<size_t>(n, kFfnRows) * c.n_ff);
   layout.build(batch, kv);
 }
 
@@ -102,6 +110,52 @@ void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n
                     MatmulScratch& scratch) {
   matmul(pool, l.weight, x, n_rows, y, scratch);
   if (l.bias != nullptr) ops::add_bias(y, l.bias, n_rows, static_cast<int>(l.weight.n_out));
+}
+
+namespace {
+void linear_forward_n(ThreadPool& pool, const Linear* const* ls, float* const* ys, int n,
+                      const float* x, int64_t n_rows, MatmulScratch& scratch) {
+  const WeightView* ws[3];
+  for (int i = 0; i < n; ++i) ws[i] = &ls[i]->weight;
+  matmul_multi(pool, ws, ys, n, x, n_rows, scratch);
+  for (int i = 0; i < n; ++i) {
+    if (ls[i]->bias != nullptr) {
+      ops::add_bias(ys[i], ls[i]->bias, n_rows, static_cast<int>(ls[i]->weight.n_out));
+    }
+  }
+}
+}  // namespace
+
+void linear_forward2(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const float* x, int64_t n_rows, MatmulScratch& scratch) {
+  const Linear* ls[] = {&l0, &l1};
+  float* ys[] = {y0, y1};
+  linear_forward_n(pool, ls, ys, 2, x, n_rows, scratch);
+}
+
+void linear_forward3(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const Linear& l2, float* y2, const float* x, int64_t n_rows,
+                     MatmulScratch& scratch) {
+  const Linear* ls[] = {&l0, &l1, &l2};
+  float* ys[] = {y0, y1, y2};
+  linear_forward_n(pool, ls, ys, 3, x, n_rows, scratch);
+}
+
+void gated_ffn(ThreadPool& pool, const Linear& gate, const Linear& up, const Linear& down,
+               GatedAct act, int64_t n, Scratch& s) {
+  const int64_t n_embd = gate.weight.n_in, n_ff = gate.weight.n_out;
+  for (int64_t r0 = 0; r0 < n; r0 += kFfnRows) {
+    const int64_t m = std::min(kFfnRows, n - r0);
+    float* h = s.h.data() + r0 * n_embd;
+    linear_forward2(pool, gate, s.gate.data(), up, s.up.data(), h, m, s.matmul);
+    if (act == GatedAct::kSilu) {
+      ops::silu_mul(s.gate.data(), s.up.data(), m * n_ff);
+    } else {
+      ops::gelu_tanh_mul(s.gate.data(), s.up.data(), m * n_ff);
+    }
+    // Rows r0.. of h were read above; later rows are still the input of later passes.
+    linear_forward(pool, down, s.gate.data(), m, h, s.matmul);
+  }
 }
 
 void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchLayout& layout,

@@ -17,7 +17,7 @@
 
 namespace salvo {
 
-// Owner of the repacked copies of a model's matrices.
+// Owner of the repacked copies of a model's matrices (and of its copied F32 vectors).
 using PackedWeights = std::vector<std::unique_ptr<uint8_t[]>>;
 
 struct Linear {
@@ -36,9 +36,10 @@ class TensorBinder {
   WeightView matrix(const std::string& name, int64_t n_in, int64_t n_out);
   // A matrix read by rows (an embedding table): never packed, pages stay mapped.
   WeightView table(const std::string& name, int64_t n_in, int64_t n_out);
-  // `view` (a table) also used by matmul (a tied LM head): packed, its pages kept.
+  // `view` (a table) also used by matmul (a tied LM head): packed, its pages released (row
+  // lookups fault back the pages they touch).
   WeightView packed_copy(const WeightView& view);
-  // An F32 vector of n elements.
+  // An F32 vector of n elements (copied into packed_store when there is one).
   const float* vector(const std::string& name, int64_t n);
   Linear linear(const std::string& name, int64_t n_in, int64_t n_out, bool with_bias = false);
   bool has(const std::string& name) const { return gguf_.find_tensor(name) != nullptr; }
@@ -63,6 +64,13 @@ struct Scratch {
   void prepare(const ModelConfig& c, const TokenBatch& batch, const KvCache& kv);
 };
 
+// Two or three linears over the same x (gate/up, Q/K/V) through one matmul_multi: the same
+// bits as separate linear_forward calls, one activation quantization and one pool pass.
+void linear_forward2(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const float* x, int64_t n_rows, MatmulScratch& scratch);
+void linear_forward3(ThreadPool& pool, const Linear& l0, float* y0, const Linear& l1, float* y1,
+                     const Linear& l2, float* y2, const float* x, int64_t n_rows,
+                     MatmulScratch& scratch);
 // y = x W^T (+ b): [n_rows, n_out]
 void linear_forward(ThreadPool& pool, const Linear& l, const float* x, int64_t n_rows, float* y,
                     MatmulScratch& scratch);
@@ -73,6 +81,17 @@ void store_kv(KvCache& kv, int layer, const TokenBatch& batch, const ops::BatchL
 
 // RoPE on the layer's q and k (s.q, s.k), their K/V into the cache, and attention under the
 // batch's tree mask into s.attn. window: sliding window in positions, 0 = none.
+// Rows of the feed-forward block per pass: it is position-wise, so splitting a prefill chunk
+// changes no bits, keeps the gate/up buffers (n_ff wide, the largest of a pass) a quarter of a
+// 512-row chunk's, and one layer's FFN weights stay in cache across the passes.
+inline constexpr int64_t kFfnRows = 128;
+
+enum class GatedAct { kSilu, kGeluTanh };
+
+// h = down(act(gate(h)) * up(h)) over n rows of s.h, kFfnRows rows at a time.
+void gated_ffn(ThreadPool& pool, const Linear& gate, const Linear& up, const Linear& down,
+               GatedAct act, int64_t n, Scratch& s);
+
 void rope_and_attend(ThreadPool& pool, const ModelConfig& c, int layer, const TokenBatch& batch,
                      KvCache& kv, Scratch& s, float rope_base, int window);
 

@@ -20,6 +20,9 @@ Expected<std::unique_ptr<Model>> LlamaModel::load(std::unique_ptr<GgufFile> gguf
   // Small models tie the LM head to the embedding table.
   m->output_ = bind.has("output.weight") ? bind.matrix("output.weight", c.n_embd, c.n_vocab)
                                          : bind.packed_copy(m->token_embd_);
+  // Tied: embedding rows come from the packed copy too (ops::embed), so the mapped table,
+  // released after packing, is not faulted back in.
+  if (m->output_.data == m->token_embd_.data) m->token_embd_.packed = m->output_.packed;
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "blk." + std::to_string(i) + ".";
     LlamaLayer& l = m->layers_.emplace_back();
@@ -54,18 +57,15 @@ void LlamaModel::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCac
     const LlamaLayer& l = layers_[il];
     // Attention block.
     ops::rms_norm(s.x.data(), l.attn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.wq, s.h.data(), n, s.q.data(), s.matmul);  // [n, n_head * head_dim]
-    linear_forward(pool, l.wk, s.h.data(), n, s.k.data(), s.matmul);  // [n, n_head_kv * head_dim]
-    linear_forward(pool, l.wv, s.h.data(), n, s.v.data(), s.matmul);
+    // q: [n, n_head * head_dim], k and v: [n, n_head_kv * head_dim].
+    linear_forward3(pool, l.wq, s.q.data(), l.wk, s.k.data(), l.wv, s.v.data(), s.h.data(), n,
+                    s.matmul);
     rope_and_attend(pool, c, il, batch, kv, s, c.rope_base, 0);
     linear_forward(pool, l.wo, s.attn.data(), n, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     // Feed-forward block (SwiGLU).
     ops::rms_norm(s.x.data(), l.ffn_norm, s.h.data(), n, c.n_embd, c.rms_eps);
-    linear_forward(pool, l.ffn_gate, s.h.data(), n, s.gate.data(), s.matmul);
-    linear_forward(pool, l.ffn_up, s.h.data(), n, s.up.data(), s.matmul);
-    ops::silu_mul(s.gate.data(), s.up.data(), n * c.n_ff);
-    linear_forward(pool, l.ffn_down, s.gate.data(), n, s.h.data(), s.matmul);
+    gated_ffn(pool, l.ffn_gate, l.ffn_up, l.ffn_down, GatedAct::kSilu, n, s);
     ops::add(s.x.data(), s.h.data(), n * c.n_embd);
     capture_hidden(batch, il, s.x.data(), c.n_embd, hidden);
   }

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <limits>
 
+#include "backends/cpu/packed.h"
 #include "ops/vec.h"
 #include "util/check.h"
 
@@ -84,9 +85,14 @@ void gelu_tanh_mul(float* gate, const float* up, size_t n) {
 void embed(const WeightView& table, const int32_t* tokens, int64_t n, float* out) {
   const size_t bytes = row_bytes(table.type, table.n_in);
   const auto* base = static_cast<const uint8_t*>(table.data);
+  // A table packed for a tied LM head gives its rows from the packed copy: the mapped pages
+  // were released after packing, and random tokens would otherwise fault most of them back.
+  std::vector<uint8_t> row(table.packed != nullptr ? bytes : 0);
   for (int64_t i = 0; i < n; ++i) {
     SALVO_CHECK(tokens[i] >= 0 && tokens[i] < table.n_out);
-    dequantize_row(table.type, base + bytes * tokens[i], out + i * table.n_in, table.n_in);
+    const uint8_t* src = base + bytes * tokens[i];
+    if (table.packed != nullptr && cpu::unpack_row(table, tokens[i], row.data())) src = row.data();
+    dequantize_row(table.type, src, out + i * table.n_in, table.n_in);
   }
 }
 

@@ -41,12 +41,12 @@ struct BigramWorse {
 }  // namespace
 
 Status Tokenizer::Impl::init_bpe(const std::vector<std::string>& merge_lines) {
-  interned_ids = token_ids;
+  auto text_of = [this](int32_t i) -> std::string_view { return interned_text(i); };
   auto intern = [&](std::string text) -> int32_t {
-    auto [it, inserted] =
-        interned_ids.emplace(std::move(text), n_vocab() + static_cast<int32_t>(interned.size()));
-    if (inserted) interned.push_back(it->first);
-    return it->second;
+    const auto [id, inserted] =
+        ids.insert(text, n_vocab() + static_cast<int32_t>(interned.size()), text_of);
+    if (inserted) interned.push_back(std::move(text));
+    return id;
   };
   merges.reserve(merge_lines.size());
   for (size_t i = 0; i < merge_lines.size(); ++i) {
@@ -75,10 +75,10 @@ void Tokenizer::Impl::encode_bpe(std::string_view text, std::vector<int32_t>& ou
   std::priority_queue<Bigram, std::vector<Bigram>, BigramWorse> queue;
   auto add_bigram = [&](int32_t left, int32_t right) {
     if (left < 0 || right < 0) return;
-    const auto it = merges.find(pair_key(symbols[left].id, symbols[right].id));
-    if (it == merges.end()) return;
-    queue.push(Bigram{it->second.rank, left, right, symbols[left].id, symbols[right].id,
-                      it->second.result});
+    const BpeMerge* merge = merges.find(pair_key(symbols[left].id, symbols[right].id));
+    if (merge == nullptr) return;
+    queue.push(
+        Bigram{merge->rank, left, right, symbols[left].id, symbols[right].id, merge->result});
   };
 
   for (const std::string& word : pretokenize(pre, text)) {

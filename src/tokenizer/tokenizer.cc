@@ -177,13 +177,15 @@ Expected<std::unique_ptr<Tokenizer>> Tokenizer::from_data(TokenizerData data) {
   impl->scores = data.scores.empty() ? std::vector<float>(n, 0.0f) : std::move(data.scores);
   impl->scores.resize(n);
   impl->attrs.resize(n);
-  impl->token_ids.reserve(n);
+  impl->ids.reserve(n + data.merges.size() / 8);  // merges add a few strings not in the vocab
+  auto text_of = [&](int32_t id) -> std::string_view { return impl->tokens[id]; };
   for (size_t i = 0; i < n; ++i) {
     std::string& text = impl->tokens[i];
     if (text.empty()) text = "[EMPTY_" + std::to_string(i) + "]";  // as llama.cpp names them
-    if (!impl->token_ids.emplace(text, static_cast<int32_t>(i)).second) {
+    const auto [id, inserted] = impl->ids.insert(text, static_cast<int32_t>(i), text_of);
+    if (!inserted) {
       return Status::error("tokenizer.ggml.tokens: duplicate token '" + text + "' at ids " +
-                           std::to_string(impl->token_ids[text]) + " and " + std::to_string(i));
+                           std::to_string(id) + " and " + std::to_string(i));
     }
     impl->attrs[i] = data.token_types.empty() ? kAttrNormal : attr_from_type(data.token_types[i]);
   }

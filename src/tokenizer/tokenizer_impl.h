@@ -6,10 +6,10 @@
 #include <optional>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "tokenizer/pretokenize.h"
+#include "tokenizer/string_index.h"
 #include "tokenizer/tokenizer.h"
 
 namespace salvo {
@@ -25,17 +25,59 @@ enum TokenAttr : uint32_t {
   kAttrByte = 1u << 5,
 };
 
-struct StringHash {
-  using is_transparent = void;
-  size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
-};
-using StringIdMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
-
 // A byte-level BPE merge: ranks order merges (lower first); result is the interned id of the
 // merged string.
 struct BpeMerge {
   int32_t rank;
   int32_t result;
+};
+
+// Merges by (left id, right id) key, open addressing: 16 bytes a slot at most 3/4 full, where
+// hash-map nodes cost 32 bytes each plus the bucket array.
+class MergeTable {
+ public:
+  void reserve(size_t n) {
+    size_t cap = 16;
+    while (cap * 3 < n * 4) cap *= 2;
+    if (cap > slots_.size()) rehash(cap);
+  }
+  // Keeps the first merge stored for a key.
+  void emplace(uint64_t key, BpeMerge merge) {
+    if ((size_ + 1) * 4 > slots_.size() * 3) rehash(slots_.empty() ? 16 : 2 * slots_.size());
+    size_t i = slot_of(key);
+    for (; slots_[i].key != kEmpty; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return;
+    }
+    slots_[i] = {key, merge};
+    ++size_;
+  }
+  const BpeMerge* find(uint64_t key) const {
+    if (slots_.empty()) return nullptr;
+    for (size_t i = slot_of(key); slots_[i].key != kEmpty; i = (i + 1) & (slots_.size() - 1)) {
+      if (slots_[i].key == key) return &slots_[i].merge;
+    }
+    return nullptr;
+  }
+
+ private:
+  static constexpr uint64_t kEmpty = ~uint64_t{0};  // ids are non-negative int32s
+  struct Slot {
+    uint64_t key = kEmpty;
+    BpeMerge merge{};
+  };
+  size_t slot_of(uint64_t key) const {
+    return static_cast<size_t>((key * 0x9E3779B97F4A7C15ull) >> 32) & (slots_.size() - 1);
+  }
+  void rehash(size_t cap) {
+    std::vector<Slot> old = std::move(slots_);
+    slots_.assign(cap, Slot{});
+    size_ = 0;
+    for (const Slot& s : old) {
+      if (s.key != kEmpty) emplace(s.key, s.merge);
+    }
+  }
+  std::vector<Slot> slots_;
+  size_t size_ = 0;
 };
 
 enum class VocabKind { kBpe, kSpm };
@@ -46,7 +88,6 @@ struct Tokenizer::Impl {
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<uint32_t> attrs;
-  StringIdMap token_ids;
 
   int32_t bos_id = -1, eos_id = -1, eot_id = -1, eom_id = -1, unk_id = -1;
   int32_t fim_pad_id = -1, fim_rep_id = -1, fim_sep_id = -1;  // end generation too
@@ -63,10 +104,11 @@ struct Tokenizer::Impl {
   };
   std::vector<TrieNode> special_trie;
 
-  // BPE: strings that merges can produce or consume, interned. Ids below n_vocab are tokens.
-  StringIdMap interned_ids;
+  // Ids of the tokens and, for BPE, of the other strings that merges produce or consume
+  // (interned: ids from n_vocab on).
+  StringIndex ids;
   std::vector<std::string> interned;  // only entries past the vocabulary
-  std::unordered_map<uint64_t, BpeMerge> merges;
+  MergeTable merges;
   int32_t byte_symbol[256];  // interned id of each byte's GPT-2 character
 
   // SPM: byte fallback tokens <0x00>..<0xFF>.
@@ -76,10 +118,12 @@ struct Tokenizer::Impl {
   const std::string& interned_text(int32_t id) const {
     return id < n_vocab() ? tokens[id] : interned[id - n_vocab()];
   }
+  // The token whose text is `text` (interned strings that are not tokens do not count).
   std::optional<int32_t> lookup(std::string_view text) const {
-    auto it = token_ids.find(text);
-    if (it == token_ids.end()) return std::nullopt;
-    return it->second;
+    const auto id =
+        ids.find(text, [this](int32_t i) -> std::string_view { return interned_text(i); });
+    if (!id || *id >= n_vocab()) return std::nullopt;
+    return id;
   }
 
   Status init_bpe(const std::vector<std::string>& merge_lines);

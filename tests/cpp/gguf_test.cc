@@ -213,7 +213,7 @@ TEST(GgufTest, RoundTripsEveryValueType) {
   ASSERT_EQ(nested->array_size(), 2u);
   EXPECT_EQ(nested->arrays[0].elem_type, GgufType::kInt16);
   EXPECT_EQ(nested->arrays[0].ints, (std::vector<int64_t>{5, -6}));
-  EXPECT_EQ(nested->arrays[1].strings, (std::vector<std::string>{"x"}));
+  EXPECT_EQ(nested->arrays[1].strings, (std::vector<std::string_view>{"x"}));
 
   // Typed getters report missing keys and type mismatches; the _or forms fall back.
   EXPECT_NE(g.get_int("nope").status().message().find("missing"), std::string::npos);

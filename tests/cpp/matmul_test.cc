@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -206,7 +207,7 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{DType::kQ6_K, 1536}),
     case_name);
 
-// Repacked k-quant matrices (backends/cpu/packed.h): every path gives the same bits, the
+// Repacked matrices (backends/cpu/packed.h): every path gives the same bits, the
 // result agrees with the unpacked kernels up to float accumulation order, and rows are
 // invariant to the batch and the thread count.
 class PackedMatmulTest : public testing::TestWithParam<Case> {};
@@ -271,10 +272,79 @@ TEST_P(PackedMatmulTest, RowInvariantAcrossBatchAndThreads) {
   }
 }
 
+// A tied embedding table reads its rows back from the packed copy: every row must come back as
+// the GGUF bytes it was packed from (the k-quant layouts do not undo, and say so).
+TEST_P(PackedMatmulTest, UnpackRowGivesTheGgufRow) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 24;
+  std::mt19937 rng(9 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  WeightView view{type, w.data(), n_out, n_in};
+  const auto packed_buf = cpu::pack_matrix(view, nullptr);
+  view.packed = packed_buf.get();
+  const size_t bytes = row_bytes(type, n_in);
+  std::vector<uint8_t> row(bytes);
+  const bool undoable = type != DType::kQ4_K && type != DType::kQ6_K;
+  for (int64_t r = 0; r < n_out; ++r) {
+    ASSERT_EQ(undoable, cpu::unpack_row(view, r, row.data()));
+    if (undoable) EXPECT_EQ(0, std::memcmp(row.data(), &w[r * bytes], bytes)) << "row " << r;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(KQuants, PackedMatmulTest,
                          testing::Values(Case{DType::kQ4_K, 768}, Case{DType::kQ4_K, 1536},
                                          Case{DType::kQ6_K, 768}, Case{DType::kQ6_K, 1536}),
                          case_name);
+
+// The legacy 32-quant formats: random quant bytes cover every nibble, fifth bit and sign
+// (Q8_0 quants include -128, the one value whose magnitude the SIMD sign trick must carry).
+INSTANTIATE_TEST_SUITE_P(Legacy, PackedMatmulTest,
+                         testing::Values(Case{DType::kQ4_0, 160}, Case{DType::kQ4_0, 768},
+                                         Case{DType::kQ4_1, 160}, Case{DType::kQ4_1, 576},
+                                         Case{DType::kQ5_0, 160}, Case{DType::kQ5_0, 896},
+                                         Case{DType::kQ8_0, 160}, Case{DType::kQ8_0, 576}),
+                         case_name);
+
+// matmul_multi (Q/K/V, gate/up in one pass) gives the bits of separate matmul calls, whether
+// the matrices share an activation format (Q4_K with Q6_K) or not (then it falls back).
+TEST(MatmulMulti, SameBitsAsSeparateCalls) {
+  const int64_t n_in = 768, n_rows = 6;
+  const DType sets[][3] = {{DType::kQ4_K, DType::kQ6_K, DType::kQ4_K},
+                           {DType::kQ4_1, DType::kQ4_1, DType::kQ4_1},
+                           {DType::kQ8_0, DType::kQ4_0, DType::kQ5_0},
+                           {DType::kQ4_1, DType::kQ8_0, DType::kF16}};
+  const int64_t n_outs[3] = {48, 16, 24};
+  std::mt19937 rng(11);
+  const auto x = random_acts(n_rows * n_in, rng);
+  ThreadPool pool(2);
+  MatmulScratch scratch;
+  for (const auto& types : sets) {
+    std::vector<uint8_t> w[3];
+    std::unique_ptr<uint8_t[]> packed[3];
+    WeightView views[3];
+    const WeightView* ptrs[3];
+    std::vector<float> y_multi[3], y_one[3];
+    float* outs[3];
+    for (int i = 0; i < 3; ++i) {
+      w[i] = random_weights(types[i], n_outs[i], n_in, rng);
+      views[i] = WeightView{types[i], w[i].data(), n_outs[i], n_in};
+      if (cpu::packable(types[i], n_outs[i], n_in)) {
+        packed[i] = cpu::pack_matrix(views[i], nullptr);
+        views[i].packed = packed[i].get();
+      }
+      ptrs[i] = &views[i];
+      y_multi[i].resize(n_rows * n_outs[i]);
+      y_one[i].resize(n_rows * n_outs[i]);
+      outs[i] = y_multi[i].data();
+    }
+    matmul_multi(pool, ptrs, outs, 3, x.data(), n_rows, scratch);
+    for (int i = 0; i < 3; ++i) {
+      matmul(pool, views[i], x.data(), n_rows, y_one[i].data(), scratch);
+      EXPECT_EQ(0, std::memcmp(y_one[i].data(), y_multi[i].data(), y_one[i].size() * 4))
+          << traits(types[i]).name << " matrix " << i;
+    }
+  }
+}
 
 TEST(QuantizeActs, Q8KMatchesGgmlRules) {
   std::mt19937 rng(5);

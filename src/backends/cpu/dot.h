@@ -72,5 +72,8 @@ const CpuKernels* cpu_kernels_for(const char* path);
 // matmul on an explicit kernel table (tests compare paths in one process).
 void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& w, const float* x,
                  int64_t n_rows, float* y, MatmulScratch& scratch);
+void matmul_multi_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView* const* w,
+                       float* const* y, int n_w, const float* x, int64_t n_rows,
+                       MatmulScratch& scratch);
 
 }  // namespace salvo::cpu

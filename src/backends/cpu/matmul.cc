@@ -75,30 +75,70 @@ const KernelTables& tables() {
   return t;
 }
 
-// Threads take contiguous shares of row groups; within a share, tiles of groups stay in cache
-// while the activation rows pass over them kMaxPackedActs at a time.
-void matmul_packed(PackedGroupFn kernel, ThreadPool& pool, const WeightView& w, const uint8_t* acts,
-                   size_t act_stride, int64_t n_rows, float* y) {
-  const int64_t n_out = w.n_out;
-  const size_t group_bytes = packed_group_bytes(w.type, w.n_in);
-  const auto* base = static_cast<const uint8_t*>(w.packed);
-  const int64_t tile = std::max<int64_t>(1, static_cast<int64_t>(kTileWeightBytes / group_bytes));
-  pool.parallel_for(n_out / kPackRows, [&](int, int64_t begin, int64_t end) {
+// One packed matrix of a matmul_multi call: its kernel, its groups and where they land.
+struct PackedPart {
+  PackedGroupFn kernel;
+  const uint8_t* groups;
+  size_t group_bytes;
+  int64_t n_in, n_out;
+  int64_t first_group;  // index of its first group among all parts' groups
+  float* y;
+};
+
+// Threads take contiguous shares of the row groups of all parts together (one pass of the pool
+// for Q, K and V); within a share, tiles of groups stay in cache while the activation rows pass
+// over them kMaxPackedActs at a time.
+void matmul_packed(const PackedPart* parts, int n_parts, ThreadPool& pool, const uint8_t* acts,
+                   size_t act_stride, int64_t n_rows) {
+  const PackedPart& last = parts[n_parts - 1];
+  const int64_t n_groups = last.first_group + last.n_out / kPackRows;
+  pool.parallel_for(n_groups, [&](int, int64_t begin, int64_t end) {
     float out[kMaxPackedActs * kPackRows];
-    for (int64_t g0 = begin; g0 < end; g0 += tile) {
-      const int64_t g1 = std::min(end, g0 + tile);
-      for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxPackedActs) {
-        const int nr = static_cast<int>(std::min<int64_t>(kMaxPackedActs, n_rows - r0));
-        for (int64_t g = g0; g < g1; ++g) {
-          kernel(w.n_in, base + g * group_bytes, acts + r0 * act_stride, act_stride, nr, out);
-          for (int r = 0; r < nr; ++r) {
-            std::memcpy(y + (r0 + r) * n_out + g * kPackRows, out + r * kPackRows,
-                        kPackRows * sizeof(float));
+    for (int i = 0; i < n_parts; ++i) {
+      const PackedPart& p = parts[i];
+      const int64_t p_begin = std::max(begin, p.first_group) - p.first_group;
+      const int64_t p_end = std::min(end, p.first_group + p.n_out / kPackRows) - p.first_group;
+      const int64_t tile =
+          std::max<int64_t>(1, static_cast<int64_t>(kTileWeightBytes / p.group_bytes));
+      for (int64_t g0 = p_begin; g0 < p_end; g0 += tile) {
+        const int64_t g1 = std::min(p_end, g0 + tile);
+        for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxPackedActs) {
+          const int nr = static_cast<int>(std::min<int64_t>(kMaxPackedActs, n_rows - r0));
+          for (int64_t g = g0; g < g1; ++g) {
+            p.kernel(p.n_in, p.groups + g * p.group_bytes, acts + r0 * act_stride, act_stride, nr,
+                     out);
+            for (int r = 0; r < nr; ++r) {
+              std::memcpy(p.y + (r0 + r) * p.n_out + g * kPackRows, out + r * kPackRows,
+                          kPackRows * sizeof(float));
+            }
           }
         }
       }
     }
   });
+}
+
+// Quantizes x into scratch in the activation format of `type` (or passes float rows through).
+const uint8_t* prepare_acts(ThreadPool& pool, DType type, int64_t n_in, const float* x,
+                            int64_t n_rows, MatmulScratch& scratch, size_t* act_stride) {
+  *act_stride = static_cast<size_t>(n_in) * sizeof(float);
+  if (activation_type(type) == DType::kF32) return reinterpret_cast<const uint8_t*>(x);
+  const size_t stride = activation_row_bytes(type, n_in);
+  *act_stride = stride;
+  // resize() never gives capacity back, so steady-state decode does not allocate.
+  if (scratch.acts.size() < stride * n_rows) scratch.acts.resize(stride * n_rows);
+  uint8_t* q = scratch.acts.data();
+  auto quantize = [&](int, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; ++r) {
+      quantize_activation_row(type, x + r * n_in, q + r * stride, n_in);
+    }
+  };
+  if (n_rows == 1) {
+    quantize(0, 0, 1);
+  } else {
+    pool.parallel_for(n_rows, quantize);
+  }
+  return q;
 }
 
 }  // namespace
@@ -148,30 +188,20 @@ void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& 
   SALVO_CHECK(dot != nullptr);
   const int64_t n_in = w.n_in, n_out = w.n_out;
 
-  const uint8_t* acts = reinterpret_cast<const uint8_t*>(x);
-  size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
-  if (activation_type(w.type) != DType::kF32) {
-    act_stride = activation_row_bytes(w.type, n_in);
-    // resize() never gives capacity back, so steady-state decode does not allocate.
-    if (scratch.acts.size() < act_stride * n_rows) scratch.acts.resize(act_stride * n_rows);
-    uint8_t* q = scratch.acts.data();
-    auto quantize = [&](int, int64_t begin, int64_t end) {
-      for (int64_t r = begin; r < end; ++r) {
-        quantize_activation_row(w.type, x + r * n_in, q + r * act_stride, n_in);
-      }
-    };
-    if (n_rows == 1) {
-      quantize(0, 0, 1);
-    } else {
-      pool.parallel_for(n_rows, quantize);
-    }
-    acts = q;
-  }
+  size_t act_stride = 0;
+  const uint8_t* acts = prepare_acts(pool, w.type, n_in, x, n_rows, scratch, &act_stride);
 
   if (w.packed != nullptr) {
     const PackedGroupFn kernel = kernels.packed[static_cast<int>(weight_kind(w.type))];
     SALVO_CHECK(kernel != nullptr && n_out % kPackRows == 0);
-    matmul_packed(kernel, pool, w, acts, act_stride, n_rows, y);
+    const PackedPart part{kernel,
+                          static_cast<const uint8_t*>(w.packed),
+                          packed_group_bytes(w.type, n_in),
+                          n_in,
+                          n_out,
+                          0,
+                          y};
+    matmul_packed(&part, 1, pool, acts, act_stride, n_rows);
     return;
   }
 
@@ -193,7 +223,45 @@ void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& 
   });
 }
 
+void matmul_multi_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView* const* w,
+                       float* const* y, int n_w, const float* x, int64_t n_rows,
+                       MatmulScratch& scratch) {
+  constexpr int kMaxParts = 4;
+  bool shared = n_w <= kMaxParts;
+  for (int i = 0; i < n_w && shared; ++i) {
+    shared = w[i]->packed != nullptr && w[i]->n_in == w[0]->n_in &&
+             activation_type(w[i]->type) == activation_type(w[0]->type);
+  }
+  if (!shared || n_rows == 0) {
+    for (int i = 0; i < n_w; ++i) matmul_with(kernels, pool, *w[i], x, n_rows, y[i], scratch);
+    return;
+  }
+  const int64_t n_in = w[0]->n_in;
+  size_t act_stride = 0;
+  const uint8_t* acts = prepare_acts(pool, w[0]->type, n_in, x, n_rows, scratch, &act_stride);
+  PackedPart parts[kMaxParts];
+  int64_t first_group = 0;
+  for (int i = 0; i < n_w; ++i) {
+    const PackedGroupFn kernel = kernels.packed[static_cast<int>(weight_kind(w[i]->type))];
+    SALVO_CHECK(kernel != nullptr && w[i]->n_out % kPackRows == 0);
+    parts[i] = {kernel,
+                static_cast<const uint8_t*>(w[i]->packed),
+                packed_group_bytes(w[i]->type, n_in),
+                n_in,
+                w[i]->n_out,
+                first_group,
+                y[i]};
+    first_group += w[i]->n_out / kPackRows;
+  }
+  matmul_packed(parts, n_w, pool, acts, act_stride, n_rows);
+}
+
 }  // namespace cpu
+
+void matmul_multi(ThreadPool& pool, const WeightView* const* w, float* const* y, int n_w,
+                  const float* x, int64_t n_rows, MatmulScratch& scratch) {
+  cpu::matmul_multi_with(cpu::cpu_kernels(), pool, w, y, n_w, x, n_rows, scratch);
+}
 
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_rows, float* y,
             MatmulScratch& scratch) {

@@ -36,6 +36,12 @@ struct MatmulScratch {
 void matmul(ThreadPool& pool, const WeightView& w, const float* x, int64_t n_rows, float* y,
             MatmulScratch& scratch);
 
+// y[i] = W[i] x for n_w matrices over the same x (Q/K/V, gate/up): packed matrices of one
+// activation format share one quantization of x and one pass of the thread pool (decode runs
+// hundreds of matmuls per token, so each pass saved matters). Bit-identical to n_w matmul calls.
+void matmul_multi(ThreadPool& pool, const WeightView* const* w, float* const* y, int n_w,
+                  const float* x, int64_t n_rows, MatmulScratch& scratch);
+
 // Reference dequantization of one row of n elements (n a multiple of the block size).
 void dequantize_row(DType type, const void* src, float* dst, int64_t n);
 

@@ -1,9 +1,12 @@
-// Repacking of Q4_K / Q6_K matrices into the eight-row layouts of packed.h, and the portable
-// kernels, which define the arithmetic the SIMD kernels reproduce bit for bit.
+// Repacking of Q4_K / Q6_K and Q4_0 / Q4_1 / Q5_0 / Q8_0 matrices into the eight-row layouts of
+// packed.h, and the portable kernels, which define the arithmetic the SIMD kernels reproduce bit
+// for bit.
 #include "backends/cpu/packed.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/dot.h"
 #include "quant/fp16.h"
@@ -82,6 +85,70 @@ void pack_q6k_group(const BlockQ6_K* const* rows, int64_t n_sb, PackedQ6K* out) 
           p.qh[j][4 * k + i] = static_cast<uint8_t>((e[8] >> 4) | ((e[12] >> 4) << 2) |
                                                     ((e[0] >> 4) << 4) | ((e[4] >> 4) << 6));
         }
+      }
+    }
+  }
+}
+
+// Quant e (0..31) of a legacy 4-bit block: low nibbles hold 0..15, high nibbles 16..31.
+uint8_t nibble(const uint8_t* qs, int e) { return e < 16 ? qs[e] & 0xF : qs[e - 16] >> 4; }
+
+// The 4-bit quants of eight rows into the [step][row * 4 + i] nibble layout.
+template <typename Block>
+void pack_nibbles(const Block* const* rows, int64_t b, uint8_t (*qs)[kPackRows * 4]) {
+  for (int k = 0; k < kPackRows; ++k) {
+    for (int s = 0; s < 4; ++s) {
+      for (int i = 0; i < 4; ++i) {
+        const uint8_t* q = rows[k][b].qs;
+        qs[s][4 * k + i] =
+            static_cast<uint8_t>(nibble(q, 8 * s + i) | (nibble(q, 8 * s + 4 + i) << 4));
+      }
+    }
+  }
+}
+
+void pack_q4_0_group(const BlockQ4_0* const* rows, int64_t n_blocks, PackedQ4_0* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < kPackRows; ++k) out[b].d[k] = rows[k][b].d;
+    pack_nibbles(rows, b, out[b].qs);
+  }
+}
+
+void pack_q4_1_group(const BlockQ4_1* const* rows, int64_t n_blocks, PackedQ4_1* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < kPackRows; ++k) {
+      out[b].d[k] = rows[k][b].d;
+      out[b].m[k] = rows[k][b].m;
+    }
+    pack_nibbles(rows, b, out[b].qs);
+  }
+}
+
+void pack_q5_0_group(const BlockQ5_0* const* rows, int64_t n_blocks, PackedQ5_0* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < kPackRows; ++k) {
+      out[b].d[k] = rows[k][b].d;
+      uint32_t qh;
+      std::memcpy(&qh, rows[k][b].qh, 4);
+      for (int i = 0; i < 4; ++i) {
+        uint8_t bits = 0;
+        for (int s = 0; s < 4; ++s) {
+          bits |= static_cast<uint8_t>(((qh >> (8 * s + i)) & 1) << (2 * s));
+          bits |= static_cast<uint8_t>(((qh >> (8 * s + 4 + i)) & 1) << (2 * s + 1));
+        }
+        out[b].qh[4 * k + i] = bits;
+      }
+    }
+    pack_nibbles(rows, b, out[b].qs);
+  }
+}
+
+void pack_q8_0_group(const BlockQ8_0* const* rows, int64_t n_blocks, PackedQ8_0* out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    for (int k = 0; k < kPackRows; ++k) {
+      out[b].d[k] = rows[k][b].d;
+      for (int s = 0; s < 8; ++s) {
+        for (int i = 0; i < 4; ++i) out[b].qs[s][4 * k + i] = rows[k][b].qs[4 * s + i];
       }
     }
   }
@@ -170,6 +237,57 @@ void packed_q6k_portable(int64_t n_in, const void* group, const void* acts, size
   }
 }
 
+// Sum of the 32 activation quants of a block (the offset of Q4_0 / Q5_0 multiplies it).
+int32_t act_sum(const BlockQ8_0& a) {
+  int32_t sum = 0;
+  for (int j = 0; j < kQK; ++j) sum += a.qs[j];
+  return sum;
+}
+
+// The legacy formats share one shape: per 32-quant block and row, an exact integer dot (with
+// the offset folded in as offset * activation sum), then acc = fma(isum, d_w * d_a, acc), plus
+// fma(m_w, s_a, acc) for Q4_1.
+template <typename Packed, typename Act>
+void packed_legacy_portable(int64_t n_in, const void* group, const void* acts, size_t, float* out) {
+  const auto* p = static_cast<const Packed*>(group);
+  const auto* a = static_cast<const Act*>(acts);
+  float acc[kPackRows] = {};
+  for (int64_t b = 0; b < n_in / kQK; ++b) {
+    const Packed& blk = p[b];
+    int32_t isum[kPackRows] = {};
+    for (int k = 0; k < kPackRows; ++k) {
+      if constexpr (std::is_same_v<Packed, PackedQ8_0>) {
+        for (int s = 0; s < 8; ++s) {
+          for (int i = 0; i < 4; ++i) isum[k] += blk.qs[s][4 * k + i] * a[b].qs[4 * s + i];
+        }
+      } else {
+        for (int s = 0; s < 4; ++s) {
+          for (int i = 0; i < 4; ++i) {
+            int lo = blk.qs[s][4 * k + i] & 0xF, hi = blk.qs[s][4 * k + i] >> 4;
+            if constexpr (std::is_same_v<Packed, PackedQ5_0>) {
+              lo |= ((blk.qh[4 * k + i] >> (2 * s)) & 1) << 4;
+              hi |= ((blk.qh[4 * k + i] >> (2 * s + 1)) & 1) << 4;
+            }
+            isum[k] += lo * a[b].qs[8 * s + i] + hi * a[b].qs[8 * s + 4 + i];
+          }
+        }
+      }
+    }
+    if constexpr (std::is_same_v<Packed, PackedQ4_0> || std::is_same_v<Packed, PackedQ5_0>) {
+      const int32_t offset = (std::is_same_v<Packed, PackedQ4_0> ? 8 : 16) * act_sum(a[b]);
+      for (int k = 0; k < kPackRows; ++k) isum[k] -= offset;
+    }
+    const float da = fp16_to_fp32(a[b].d);
+    for (int k = 0; k < kPackRows; ++k) {
+      acc[k] = std::fma(static_cast<float>(isum[k]), fp16_to_fp32(blk.d[k]) * da, acc[k]);
+      if constexpr (std::is_same_v<Packed, PackedQ4_1>) {
+        acc[k] = std::fma(fp16_to_fp32(blk.m[k]), fp16_to_fp32(a[b].s), acc[k]);
+      }
+    }
+  }
+  std::memcpy(out, acc, sizeof(acc));
+}
+
 template <void (*K)(int64_t, const void*, const void*, size_t, float*)>
 void one_row_at_a_time(int64_t n_in, const void* group, const void* acts, size_t stride, int n_acts,
                        float* out) {
@@ -181,52 +299,169 @@ void one_row_at_a_time(int64_t n_in, const void* group, const void* acts, size_t
 }  // namespace
 
 bool packable(DType type, int64_t n_out, int64_t n_in) {
-  return (type == DType::kQ4_K || type == DType::kQ6_K) && n_out % kPackRows == 0 &&
-         n_in % kQKK == 0;
+  switch (type) {
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      return n_out % kPackRows == 0 && n_in % kQKK == 0;
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ8_0:
+      return n_out % kPackRows == 0 && n_in % kQK == 0;
+    default:
+      return false;
+  }
 }
 
 size_t packed_group_bytes(DType type, int64_t n_in) {
-  const size_t n_sb = static_cast<size_t>(n_in / kQKK);
-  return n_sb * (type == DType::kQ4_K ? sizeof(PackedQ4K) : sizeof(PackedQ6K));
+  // Every packed layout is exactly eight GGUF rows except Q4_K (unpacked scales).
+  if (type == DType::kQ4_K) return static_cast<size_t>(n_in / kQKK) * sizeof(PackedQ4K);
+  return row_bytes(type, n_in) * kPackRows;
 }
 
 size_t packed_bytes(DType type, int64_t n_out, int64_t n_in) {
   return packed_group_bytes(type, n_in) * static_cast<size_t>(n_out / kPackRows);
 }
 
-std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool) {
+std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool,
+                                       const std::function<void(const void*, size_t)>& done_rows) {
   SALVO_CHECK(packable(w.type, w.n_out, w.n_in));
   std::unique_ptr<uint8_t[]> buf(new uint8_t[packed_bytes(w.type, w.n_out, w.n_in)]);
   const size_t row_stride = row_bytes(w.type, w.n_in);
   const size_t group_bytes = packed_group_bytes(w.type, w.n_in);
-  const int64_t n_sb = w.n_in / kQKK;
+  const int64_t n_sb = w.n_in / kQKK, n_blocks = w.n_in / kQK;
   const auto* src = static_cast<const uint8_t*>(w.data);
   auto pack = [&](int, int64_t begin, int64_t end) {
     for (int64_t g = begin; g < end; ++g) {
       const uint8_t* rows[kPackRows];
       for (int k = 0; k < kPackRows; ++k) rows[k] = src + (g * kPackRows + k) * row_stride;
       uint8_t* dst = buf.get() + g * group_bytes;
-      if (w.type == DType::kQ4_K) {
-        pack_q4k_group(reinterpret_cast<const BlockQ4_K* const*>(rows), n_sb,
-                       reinterpret_cast<PackedQ4K*>(dst));
-      } else {
-        pack_q6k_group(reinterpret_cast<const BlockQ6_K* const*>(rows), n_sb,
-                       reinterpret_cast<PackedQ6K*>(dst));
+      switch (w.type) {
+        case DType::kQ4_K:
+          pack_q4k_group(reinterpret_cast<const BlockQ4_K* const*>(rows), n_sb,
+                         reinterpret_cast<PackedQ4K*>(dst));
+          break;
+        case DType::kQ6_K:
+          pack_q6k_group(reinterpret_cast<const BlockQ6_K* const*>(rows), n_sb,
+                         reinterpret_cast<PackedQ6K*>(dst));
+          break;
+        case DType::kQ4_0:
+          pack_q4_0_group(reinterpret_cast<const BlockQ4_0* const*>(rows), n_blocks,
+                          reinterpret_cast<PackedQ4_0*>(dst));
+          break;
+        case DType::kQ4_1:
+          pack_q4_1_group(reinterpret_cast<const BlockQ4_1* const*>(rows), n_blocks,
+                          reinterpret_cast<PackedQ4_1*>(dst));
+          break;
+        case DType::kQ5_0:
+          pack_q5_0_group(reinterpret_cast<const BlockQ5_0* const*>(rows), n_blocks,
+                          reinterpret_cast<PackedQ5_0*>(dst));
+          break;
+        default:
+          pack_q8_0_group(reinterpret_cast<const BlockQ8_0* const*>(rows), n_blocks,
+                          reinterpret_cast<PackedQ8_0*>(dst));
       }
     }
   };
   const int64_t n_groups = w.n_out / kPackRows;
   if (pool != nullptr) {
     pool->parallel_for(n_groups, pack);
-  } else {
+  } else if (!done_rows) {
     pack(0, 0, n_groups);
+  } else {
+    // Slices of about 1 MiB, each handed back as soon as it is packed.
+    const int64_t slice = std::max<int64_t>(1, (1 << 20) / (row_stride * kPackRows));
+    for (int64_t g = 0; g < n_groups; g += slice) {
+      const int64_t end = std::min(n_groups, g + slice);
+      pack(0, g, end);
+      done_rows(src + g * kPackRows * row_stride, (end - g) * kPackRows * row_stride);
+    }
   }
   return buf;
+}
+
+bool unpack_row(const WeightView& w, int64_t row, void* dst) {
+  if (w.packed == nullptr || row < 0 || row >= w.n_out) return false;
+  const int64_t n_blocks = w.n_in / kQK;
+  const int k = static_cast<int>(row % kPackRows);
+  const uint8_t* group = static_cast<const uint8_t*>(w.packed) +
+                         (row / kPackRows) * packed_group_bytes(w.type, w.n_in);
+  // The nibbles of row k as a GGUF block's qs: quant e < 16 low, e >= 16 high.
+  auto unpack_nibbles = [k](const uint8_t(*qs)[kPackRows * 4], uint8_t* out) {
+    uint8_t q[kQK];
+    for (int s = 0; s < 4; ++s) {
+      for (int i = 0; i < 4; ++i) {
+        q[8 * s + i] = qs[s][4 * k + i] & 0xF;
+        q[8 * s + 4 + i] = qs[s][4 * k + i] >> 4;
+      }
+    }
+    for (int j = 0; j < 16; ++j) out[j] = static_cast<uint8_t>(q[j] | (q[j + 16] << 4));
+  };
+  switch (w.type) {
+    case DType::kQ4_0: {
+      const auto* p = reinterpret_cast<const PackedQ4_0*>(group);
+      auto* out = static_cast<BlockQ4_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+      }
+      return true;
+    }
+    case DType::kQ4_1: {
+      const auto* p = reinterpret_cast<const PackedQ4_1*>(group);
+      auto* out = static_cast<BlockQ4_1*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        out[b].m = p[b].m[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+      }
+      return true;
+    }
+    case DType::kQ5_0: {
+      const auto* p = reinterpret_cast<const PackedQ5_0*>(group);
+      auto* out = static_cast<BlockQ5_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        unpack_nibbles(p[b].qs, out[b].qs);
+        uint32_t qh = 0;
+        for (int i = 0; i < 4; ++i) {
+          const uint32_t bits = p[b].qh[4 * k + i];
+          for (int s = 0; s < 4; ++s) {
+            qh |= ((bits >> (2 * s)) & 1) << (8 * s + i);
+            qh |= ((bits >> (2 * s + 1)) & 1) << (8 * s + 4 + i);
+          }
+        }
+        std::memcpy(out[b].qh, &qh, 4);
+      }
+      return true;
+    }
+    case DType::kQ8_0: {
+      const auto* p = reinterpret_cast<const PackedQ8_0*>(group);
+      auto* out = static_cast<BlockQ8_0*>(dst);
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        out[b].d = p[b].d[k];
+        for (int s = 0; s < 8; ++s) {
+          for (int i = 0; i < 4; ++i) out[b].qs[4 * s + i] = p[b].qs[s][4 * k + i];
+        }
+      }
+      return true;
+    }
+    default:
+      return false;
+  }
 }
 
 void fill_portable_packed(CpuKernels& k) {
   k.packed[static_cast<int>(WeightKind::kQ4_K)] = one_row_at_a_time<packed_q4k_portable<1>>;
   k.packed[static_cast<int>(WeightKind::kQ6_K)] = one_row_at_a_time<packed_q6k_portable<1>>;
+  k.packed[static_cast<int>(WeightKind::kQ4_0)] =
+      one_row_at_a_time<packed_legacy_portable<PackedQ4_0, BlockQ8_0>>;
+  k.packed[static_cast<int>(WeightKind::kQ4_1)] =
+      one_row_at_a_time<packed_legacy_portable<PackedQ4_1, BlockQ8_1>>;
+  k.packed[static_cast<int>(WeightKind::kQ5_0)] =
+      one_row_at_a_time<packed_legacy_portable<PackedQ5_0, BlockQ8_0>>;
+  k.packed[static_cast<int>(WeightKind::kQ8_0)] =
+      one_row_at_a_time<packed_legacy_portable<PackedQ8_0, BlockQ8_0>>;
 }
 
 }  // namespace salvo::cpu

@@ -1,4 +1,4 @@
-// x86 kernels for the packed k-quant layouts of packed.h. Compiled on its own as the "avx2"
+// x86 kernels for the packed layouts of packed.h. Compiled on its own as the "avx2"
 // path (byte products through maddubs + madd) and included by packed_avx512.cc with
 // SALVO_PACK_VNNI defined, where the byte products are single vpdpbusd instructions. Each
 // 256-bit lane k holds output row k of the group; activation bytes are broadcast to all lanes.
@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "backends/cpu/dot.h"
 #include "backends/cpu/packed.h"
@@ -22,7 +23,7 @@ namespace salvo::cpu {
 namespace {
 
 // acc += four-byte dot products of unsigned w with signed a, per int32 lane. Exact on both
-// paths: the packed quants are at most 63, so maddubs never saturates.
+// paths: the packed quants are at most 63 (128 for |Q8_0|), so maddubs never saturates.
 SALVO_PACK_INLINE __m256i dot_acc(__m256i acc, __m256i w, __m256i a) {
 #ifdef SALVO_PACK_VNNI
   return _mm256_dpbusd_epi32(acc, w, a);
@@ -168,6 +169,110 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kPackRows, acc[r]);
 }
 
+// acc += four-byte dot products of signed w with signed a: |w| against a carrying w's sign,
+// so the unsigned-by-signed products above apply. abs_w = _mm256_sign_epi8(w, w), computed
+// once per weight vector. Exact: |w| <= 128, |a| <= 127, pairs stay below 2^15.
+SALVO_PACK_INLINE __m256i dot_acc_signed(__m256i acc, __m256i w, __m256i abs_w, __m256i a) {
+  return dot_acc(acc, abs_w, _mm256_sign_epi8(a, w));
+}
+
+// The sum of a block's 32 activation quants in every lane.
+SALVO_PACK_INLINE __m256i act_sum32(const int8_t* q) {
+  __m256i t = dot_acc(_mm256_setzero_si256(), _mm256_set1_epi8(1), load32(q));
+  t = _mm256_add_epi32(t, _mm256_permute2x128_si256(t, t, 1));
+  t = _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0x4E));
+  return _mm256_add_epi32(t, _mm256_shuffle_epi32(t, 0xB1));
+}
+
+SALVO_PACK_INLINE __m256 bcast_f16(fp16_t h) {
+  return _mm256_cvtph_ps(_mm_set1_epi16(static_cast<int16_t>(h)));
+}
+
+// The legacy 32-quant formats (packed.h): same arithmetic as packed_legacy_portable.
+template <typename Packed, typename Act, int R>
+SALVO_PACK_INLINE void legacy(int64_t n_in, const void* group, const void* acts, size_t stride,
+                              float* out) {
+  constexpr bool kQ8 = std::is_same_v<Packed, PackedQ8_0>;
+  constexpr bool kQ5 = std::is_same_v<Packed, PackedQ5_0>;
+  constexpr bool kQ41 = std::is_same_v<Packed, PackedQ4_1>;
+  constexpr int kOffsetShift = std::is_same_v<Packed, PackedQ4_0> ? 3 : kQ5 ? 4 : 0;
+  const auto* p = static_cast<const Packed*>(group);
+  const Act* a[R];
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) {
+    a[r] = reinterpret_cast<const Act*>(static_cast<const uint8_t*>(acts) + r * stride);
+    acc[r] = _mm256_setzero_ps();
+  }
+  const __m256i m4 = _mm256_set1_epi8(0x0F), m10 = _mm256_set1_epi8(0x10);
+  for (int64_t b = 0; b < n_in / kQK; ++b) {
+    const Packed& blk = p[b];
+    __m256i isum[R];
+    for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+    if constexpr (kQ8) {
+      for (int s = 0; s < 8; ++s) {
+        const __m256i w = load32(blk.qs[s]);
+        const __m256i abs_w = _mm256_sign_epi8(w, w);
+        for (int r = 0; r < R; ++r) {
+          isum[r] = dot_acc_signed(isum[r], w, abs_w, bcast4(a[r][b].qs + 4 * s));
+        }
+      }
+    } else {
+      __m256i high;
+      if constexpr (kQ5) high = load32(blk.qh);
+      for (int s = 0; s < 4; ++s) {
+        const __m256i w = load32(blk.qs[s]);
+        __m256i lo = _mm256_and_si256(w, m4);
+        __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
+        if constexpr (kQ5) {
+          // Bits 2s and 2s + 1 of qh moved to bit 4 (epi16 shifts keep bytes apart after the
+          // mask: at most 4 places left or 3 right).
+          const int left = 4 - 2 * s;
+          const __m256i h_lo =
+              left >= 0 ? _mm256_slli_epi16(high, left) : _mm256_srli_epi16(high, -left);
+          const __m256i h_hi =
+              left - 1 >= 0 ? _mm256_slli_epi16(high, left - 1) : _mm256_srli_epi16(high, 1 - left);
+          lo = _mm256_or_si256(lo, _mm256_and_si256(h_lo, m10));
+          hi = _mm256_or_si256(hi, _mm256_and_si256(h_hi, m10));
+        }
+        for (int r = 0; r < R; ++r) {
+          const int8_t* q = a[r][b].qs + 8 * s;
+          isum[r] = dot_acc(isum[r], lo, bcast4(q));
+          isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
+        }
+      }
+    }
+    const __m256 dw = load8_f16(blk.d);
+    __m256 mw;
+    if constexpr (kQ41) mw = load8_f16(blk.m);
+    for (int r = 0; r < R; ++r) {
+      if constexpr (kOffsetShift != 0) {
+        isum[r] = _mm256_sub_epi32(isum[r], _mm256_slli_epi32(act_sum32(a[r][b].qs), kOffsetShift));
+      }
+      const __m256 da = bcast_f16(a[r][b].d);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), _mm256_mul_ps(dw, da), acc[r]);
+      if constexpr (kQ41) acc[r] = _mm256_fmadd_ps(mw, bcast_f16(a[r][b].s), acc[r]);
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kPackRows, acc[r]);
+}
+
+template <int R>
+SALVO_PACK_INLINE void q4_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
+  legacy<PackedQ4_0, BlockQ8_0, R>(n, g, a, s, out);
+}
+template <int R>
+SALVO_PACK_INLINE void q4_1(int64_t n, const void* g, const void* a, size_t s, float* out) {
+  legacy<PackedQ4_1, BlockQ8_1, R>(n, g, a, s, out);
+}
+template <int R>
+SALVO_PACK_INLINE void q5_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
+  legacy<PackedQ5_0, BlockQ8_0, R>(n, g, a, s, out);
+}
+template <int R>
+SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
+  legacy<PackedQ8_0, BlockQ8_0, R>(n, g, a, s, out);
+}
+
 #define SALVO_PACK_DISPATCH(name, kernel)                                                    \
   SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
                               float* out) {                                                  \
@@ -185,6 +290,10 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
 
 SALVO_PACK_DISPATCH(packed_q4k, q4k)
 SALVO_PACK_DISPATCH(packed_q6k, q6k)
+SALVO_PACK_DISPATCH(packed_q4_0, q4_0)
+SALVO_PACK_DISPATCH(packed_q4_1, q4_1)
+SALVO_PACK_DISPATCH(packed_q5_0, q5_0)
+SALVO_PACK_DISPATCH(packed_q8_0, q8_0)
 
 #undef SALVO_PACK_DISPATCH
 
@@ -194,6 +303,10 @@ void SALVO_PACK_FILL(CpuKernels& k) {
   static_assert(kMaxPackedActs == 4, "the dispatch above covers 1..4 rows");
   k.packed[static_cast<int>(WeightKind::kQ4_K)] = packed_q4k;
   k.packed[static_cast<int>(WeightKind::kQ6_K)] = packed_q6k;
+  k.packed[static_cast<int>(WeightKind::kQ4_0)] = packed_q4_0;
+  k.packed[static_cast<int>(WeightKind::kQ4_1)] = packed_q4_1;
+  k.packed[static_cast<int>(WeightKind::kQ5_0)] = packed_q5_0;
+  k.packed[static_cast<int>(WeightKind::kQ8_0)] = packed_q8_0;
 }
 
 }  // namespace salvo::cpu
