@@ -47,10 +47,14 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
       return chain_tree(depths, budget, max_depth);
     case SpecTree::kAdapter: {
       // Children at depth d: the marginal top-k of depth d rescored given the parent's token,
-      // renormalised over those k.
+      // renormalised over those k and scaled to the marginal mass of the k (as the trainer
+      // scores them): without the mass every depth would look as sure as the first.
       std::vector<float> scores;
       auto scorer = [&](int depth, int32_t parent_token) {
         Candidates out = depths[depth - 1];
+        double mass = 0;
+        for (float lp : out.logprobs) mass += std::exp(static_cast<double>(lp));
+        const float log_mass = static_cast<float>(std::log(std::max(mass, 1e-30)));
         scores.resize(out.size());
         model_.adapter_scores(state_.y.data() + static_cast<size_t>(depth) * c.n_embd, parent_token,
                               out.tokens, scores.data());
@@ -66,7 +70,7 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
         Candidates sorted;
         for (size_t i : order) {
           sorted.tokens.push_back(out.tokens[i]);
-          sorted.logprobs.push_back(scores[i] - log_z);
+          sorted.logprobs.push_back(scores[i] - log_z + log_mass);
         }
         return sorted;
       };
