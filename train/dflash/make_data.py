@@ -2,6 +2,9 @@
 
   python3 train/dflash/make_data.py --model smollm2-135m --n 2000 --out data.json
 The GPU machine then needs no tokenizer: it reads {"prompts": [{"cat", "ids"}], ...}.
+--bench FILE adds the benchmark's prompts (../shared/bench/prompts.jsonl) marked "split": "bench":
+train.py never trains on them and reports the drafter's tau on them apart (bench_tau), since
+held-out prompts from the training templates only measure in-distribution acceptance.
 """
 
 import argparse
@@ -33,14 +36,23 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--salvo", default=os.environ.get("SALVO_BIN", "build/release/salvo"))
     ap.add_argument("--out", required=True)
+    ap.add_argument("--bench", help="benchmark prompts (JSONL) to add for evaluation only")
     args = ap.parse_args()
     pairs = make_prompts(args.n, args.seed)
+    bench = []
+    if args.bench:
+        for line in open(args.bench):
+            if line.strip():
+                r = json.loads(line)
+                bench.append((r["category"], r["messages"][-1]["content"]))
     # Unique messages only: duplicates would leak between the train and held-out splits.
-    seen, uniq = set(), []
+    seen, uniq = {m for _, m in bench}, []
     for cat, msg in pairs:
         if msg not in seen:
             seen.add(msg)
             uniq.append((cat, msg))
+    n_train = len(uniq)
+    uniq += bench  # last, so that they are never confused with training prompts
     with concurrent.futures.ThreadPoolExecutor(4) as ex:
         texts = list(ex.map(lambda p: render(args.salvo, args.model, p[1]), uniq))
     with tempfile.NamedTemporaryFile("w", suffix=".jsonl", delete=False) as f:
@@ -53,7 +65,8 @@ def main():
     ids = [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
     assert len(ids) == len(uniq), (len(ids), len(uniq))
     data = {"model": args.model, "seed": args.seed,
-            "prompts": [{"cat": c, "ids": i} for (c, _), i in zip(uniq, ids)]}
+            "prompts": [{"cat": c, "ids": i, **({"split": "bench"} if k >= n_train else {})}
+                        for k, ((c, _), i) in enumerate(zip(uniq, ids))]}
     with open(args.out, "w") as f:
         json.dump(data, f)
     print(f"{len(ids)} prompts, mean {sum(map(len, ids)) / len(ids):.1f} tokens -> {args.out}")

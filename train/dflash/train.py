@@ -170,9 +170,11 @@ def main():
     for i, p in enumerate(data["prompts"]):
         if not p.get("ids") or max(p["ids"]) >= gw.n_vocab or min(p["ids"]) < 0 or "cat" not in p:
             raise SystemExit(f"error: {args.data}: prompt {i} has no category or ids outside [0, {gw.n_vocab})")
-    prompts = data["prompts"][: args.max_prompts or None]
+    prompts = [p for p in data["prompts"] if p.get("split") != "bench"][: args.max_prompts or None] + \
+        [p for p in data["prompts"] if p.get("split") == "bench"]
 
     work = args.work or args.out
+    os.makedirs(work, exist_ok=True)
     gen_path = os.path.join(work, f"gen_{args.target}_{len(prompts)}_{args.max_new}.json")
     t_gen = time.time()
     if os.path.exists(gen_path):
@@ -184,7 +186,9 @@ def main():
     log(f"generation {t_gen:.0f}s, mean {np.mean([len(g) for g in gen]):.0f} new tokens")
 
     # Split by prompt (shuffled with the seed), held-out part only for evaluation.
-    idx = list(range(len(prompts)))
+    # Benchmark prompts (make_data.py --bench) are evaluated apart and never trained on.
+    bench = [i for i, p in enumerate(prompts) if p.get("split") == "bench"]
+    idx = [i for i, p in enumerate(prompts) if p.get("split") != "bench"]
     random.Random(args.seed).shuffle(idx)
     n_ho = max(4, int(len(idx) * args.heldout))
     ho, tr = idx[:n_ho], idx[n_ho:]
@@ -259,8 +263,12 @@ def main():
     ho_seqs = [seqs[i] for i in ho]
     t_eval = time.time()
     tau = evaluate(tg, d_q, cfg, ho_seqs, [plens[i] for i in ho], [prompts[i]["cat"] for i in ho], layers, dev)
+    bench_tau = evaluate(tg, d_q, cfg, [seqs[i] for i in bench], [plens[i] for i in bench],
+                         [prompts[i]["cat"] for i in bench], layers, dev) if bench else None
     t_eval = time.time() - t_eval
     log("held-out tau", json.dumps(tau, indent=1))
+    if bench_tau:
+        log("benchmark tau", json.dumps(bench_tau, indent=1))
 
     from safetensors.numpy import save_file
     save_file(ship, os.path.join(args.out, "model.safetensors"))
@@ -297,7 +305,7 @@ def main():
                "seconds": {"generation": round(t_gen, 1), "features": round(t_feat, 1), "drafter": round(secs, 1),
                            "adapter": round(asecs, 1), "eval": round(t_eval, 1)},
                "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
-               "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau,
+               "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
     for f in sorted(os.listdir(args.out)):
