@@ -21,15 +21,32 @@ DflashDrafter::DflashDrafter(const DflashModel& model, ThreadPool& pool, int32_t
 void DflashDrafter::observe(int32_t first, int32_t n, const float* features) {
   // A gap (features the drafter never saw) leaves it short: it stops drafting until the
   // sequence restarts from a prefix it holds, which Sequence::start arranges via observed().
-  if (first > state_.n_positions) return;
-  // Cannot fail past the check above; a failure would only stop drafting, never change output.
-  (void)model_.observe(pool_, state_, first, n, features).ok();
+  if (first > observed()) return;
+  if (first < state_.n_positions) {
+    // Rewriting projected positions: what was pending lies after them and is dropped.
+    pending_.clear();
+    // Cannot fail past the check above; a failure would only stop drafting, never change output.
+    (void)model_.observe(pool_, state_, first, n, features).ok();
+    return;
+  }
+  pending_.resize(static_cast<size_t>(first - state_.n_positions) *
+                  model_.config().feature_width());
+  pending_.insert(pending_.end(), features,
+                  features + static_cast<size_t>(n) * model_.config().feature_width());
+  if (pending_rows() >= kMaxPending) flush();
+}
+
+void DflashDrafter::flush() {
+  if (pending_.empty()) return;
+  (void)model_.observe(pool_, state_, state_.n_positions, pending_rows(), pending_.data()).ok();
+  pending_.clear();
 }
 
 DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
   const DflashConfig& c = model_.config();
   max_depth = std::min(max_depth, c.max_depth());
   if (context.empty() || budget <= 0 || max_depth <= 0) return {};
+  flush();
   // The drafter must hold every committed position: the root sits right after them.
   if (state_.n_positions != static_cast<int32_t>(context.size()) - 1) return {};
   const int32_t root = context.back();

@@ -24,15 +24,25 @@ class DflashDrafter : public Drafter {
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
   std::span<const int32_t> hidden_layers() const override { return model_.config().target_layers; }
   void observe(int32_t first, int32_t n, const float* features) override;
-  int32_t observed() const override { return state_.n_positions; }
+  int32_t observed() const override { return state_.n_positions + pending_rows(); }
 
  private:
+  // Features wait here until a draft needs them: while the policy decodes plainly, projecting
+  // every committed row one at a time would cost a few percent of each pass for nothing, and
+  // one batched projection later is cheaper per row.
+  static constexpr int32_t kMaxPending = 256;
+  int32_t pending_rows() const {
+    return static_cast<int32_t>(pending_.size() / model_.config().feature_width());
+  }
+  void flush();
+
   const DflashModel& model_;
   ThreadPool& pool_;
   int32_t n_tokens_;
   SpecTree tree_;
   DflashState state_;
   std::vector<float> logits_;
+  std::vector<float> pending_;  // features of positions state_.n_positions onwards
 };
 
 }  // namespace salvo
