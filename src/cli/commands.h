@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 namespace salvo::cli {
 
@@ -15,6 +16,8 @@ struct CliError : std::runtime_error {
 // Resolves a short model name (smollm2-135m, qwen2.5-coder-1.5b, ...) or a GGUF path to a
 // file path, pulling a known model that is not there yet.
 std::string resolve_model(const std::string& name_or_path);
+// Writes raw little-endian float32 values (the logits/dflash commands' output files).
+void write_floats(const std::string& path, const std::vector<float>& values);
 
 void add_run_command(CLI::App& app);
 void add_bench_command(CLI::App& app);

@@ -26,14 +26,6 @@ struct DflashOptions {
   int chunk = 0;
 };
 
-void write_floats(const std::string& path, const std::vector<float>& values) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw CliError("cannot write '" + path + "'");
-  const size_t written = std::fwrite(values.data(), sizeof(float), values.size(), f);
-  std::fclose(f);
-  if (written != values.size()) throw CliError("short write to '" + path + "'");
-}
-
 const StTensorInfo& need(const SafetensorsFile& file, const std::string& name, size_t rank) {
   const StTensorInfo* t = file.find(name);
   if (t == nullptr || t->shape.size() != rank) {

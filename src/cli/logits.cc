@@ -12,6 +12,15 @@
 #include "models/model.h"
 
 namespace salvo::cli {
+
+void write_floats(const std::string& path, const std::vector<float>& values) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) throw CliError("cannot write '" + path + "'");
+  const size_t written = std::fwrite(values.data(), sizeof(float), values.size(), f);
+  std::fclose(f);
+  if (written != values.size()) throw CliError("short write to '" + path + "'");
+}
+
 namespace {
 
 struct LogitsOptions {
@@ -40,14 +49,6 @@ std::vector<int32_t> parse_ids(const std::string& text, const std::string& flag)
   }
   if (ids.empty()) throw CliError(flag + ": no values given");
   return ids;
-}
-
-void write_floats(const std::string& path, const std::vector<float>& values) {
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) throw CliError("cannot write '" + path + "'");
-  const size_t written = std::fwrite(values.data(), sizeof(float), values.size(), f);
-  std::fclose(f);
-  if (written != values.size()) throw CliError("short write to '" + path + "'");
 }
 
 void run_logits(const LogitsOptions& o) {
