@@ -6,19 +6,26 @@
 # verification, and prints a summary table. Exits non-zero when a check fails.
 #
 #   scripts/gpu_check.sh [--deps DIR] [--tokenizers DIR] [--work DIR] [--quick]
+#                        [--real DIR] [--llamacpp SRC.tar.gz]
 #
 # --deps: header-only dependencies and googletest sources from scripts/gpu_pack.sh, for machines
 # without the -dev packages. --tokenizers: smollm2.gguf and qwen2.gguf with the real models'
 # tokenizer metadata (gpu_pack.sh writes them). --quick: no 7B model, fewer repetitions.
+# --real: a folder with real GGUF files (smollm2-135m.gguf, qwen2.5-coder-1.5b.gguf, ...), which
+# join the tests and the benchmarks. --llamacpp: llama.cpp's source (scripts/llamacpp_source.sh);
+# llama-bench is built with CUDA (unless WORK already holds it) and measured on the same models,
+# and the summary prints salvo's ratios to it and its share of the HBM bandwidth.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-deps="" tok="$root/tok" work=/tmp/salvo_gpu quick=0
+deps="" tok="$root/tok" work=/tmp/salvo_gpu quick=0 real="" llamacpp=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$2; shift 2 ;;
     --tokenizers) tok=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --real) real=$2; shift 2 ;;
+    --llamacpp) llamacpp=$2; shift 2 ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
@@ -56,7 +63,15 @@ gen qwen2.5-0.5b-mixed qwen2.5-0.5b mixed qwen2
 m=$work/models
 
 log "ctest -L cuda"
+real_models=()
+if [[ -n $real ]]; then
+  for name in smollm2-135m qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m; do
+    [[ -f $real/$name.gguf ]] && { ln -sf "$(realpath "$real/$name.gguf")" "$m/$name.gguf"; real_models+=("$name"); }
+  done
+fi
+echo "real models: ${real_models[*]:-none}"
 export SALVO_CUDA_TEST_MODELS="$m/smollm2-135m-q4_1.gguf:$m/qwen2.5-0.5b-mixed.gguf:$m/qwen2.5-1.5b-q4_k_m.gguf"
+for name in "${real_models[@]}"; do SALVO_CUDA_TEST_MODELS+=":$m/$name.gguf"; done
 ctest --test-dir "$work/build" -L cuda --output-on-failure -V 2>&1 | tee "$work/ctest.log" |
   grep -E "NMSE|spec |tests passed|Failed|FAILED|OK \]|Passed" || true
 grep -q "100% tests passed" "$work/ctest.log" || failures+=("ctest -L cuda")
@@ -84,29 +99,29 @@ reps=5
 [[ $quick == 1 ]] && reps=2
 bench_models=(smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m)
 [[ $quick == 1 ]] || bench_models+=(qwen2.5-7b-q4_k_m)
+for name in "${real_models[@]}"; do
+  case $name in smollm2-135m | qwen2.5-coder-1.5b) bench_models+=("$name") ;; esac
+done
 for model in "${bench_models[@]}"; do
   "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 -r "$reps" --verify --json \
     >"$work/bench_$model.json"
 done
 
+log "HBM bandwidth"
+nvcc -O3 -arch=sm_90 "$root/bench/hbm_bandwidth.cu" -o "$work/hbm_bandwidth"
+"$work/hbm_bandwidth" | tee "$work/hbm.txt"
+hbm=$(sed -n 's/^hbm_gbps //p' "$work/hbm.txt")
+
+if [[ -n $llamacpp ]]; then
+  log "llama.cpp (CUDA) on the same models"
+  [[ -x $work/llama.cpp/build/bin/llama-bench ]] || "$root/scripts/gpu_llamacpp.sh" build "$llamacpp" "$work"
+  paths=()
+  for model in "${bench_models[@]}"; do paths+=("$m/$model.gguf"); done
+  "$root/scripts/gpu_llamacpp.sh" bench "$work" "$reps" "${paths[@]}"
+fi
+
 log "summary"
-python3 - "$work" "${bench_models[@]}" <<'PY'
-import json, sys
-work, models = sys.argv[1], sys.argv[2:]
-print("| model | weights/pass MiB | pp512 t/s | tg128 t/s | GB/s | v1 ms | v16/v1 | v64/v1 |")
-print("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-for m in models:
-    b = json.load(open(f"{work}/bench_{m}.json"))
-    r = {x["test"]: x["tps_mean"] for x in b["results"]}
-    v = {x["rows"]: x for x in b.get("verify", [])}
-    print(f"| {m} | {b['weight_bytes_per_pass'] / 2**20:.0f} | {r.get('pp512', 0):.0f} | "
-          f"{r.get('tg128', 0):.1f} | {b['weight_gbps']:.0f} | {v[1]['ms']:.3f} | "
-          f"{v[16]['ratio_to_1']:.2f} | {v[64]['ratio_to_1']:.2f} |")
-print()
-for m in models:
-    b = json.load(open(f"{work}/bench_{m}.json"))
-    print(m, "verify ms by rows:", ", ".join(f"{x['rows']}: {x['ms']:.3f}" for x in b["verify"]))
-PY
+python3 "$root/bench/gpu_compare.py" "$work" "$hbm" "${bench_models[@]}"
 
 if [[ ${#failures[@]} -gt 0 ]]; then
   printf '\nFAILED: %s\n' "${failures[@]}"

@@ -2,7 +2,8 @@
 # Packs what scripts/gpu_check.sh needs on a GPU machine that has nvcc, CMake and Python but
 # none of salvo's -dev packages and no network: the source tree, header-only copies of fmt,
 # CLI11 and nlohmann-json with small CMake package files, googletest's sources, the gguf wheel
-# (pure Python) and the tokenizers of the real models (metadata only, a few MiB).
+# (pure Python), the tokenizers of the real models (metadata only, a few MiB) and llama.cpp's
+# source as llama-cpp-python bundles it (trimmed, ~3 MB; for the llama.cpp CUDA comparison).
 #
 #   scripts/gpu_pack.sh OUT_DIR        # then, on the GPU machine: OUT_DIR/scripts/gpu_check.sh
 set -euo pipefail
@@ -48,4 +49,5 @@ python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/smollm2-1
   --out "$out/tok/smollm2.gguf"
 python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-coder-1.5b.gguf" \
   --out "$out/tok/qwen2.gguf"
+"$root/scripts/llamacpp_source.sh" "$out/llamacpp.tar.gz"
 du -sh "$out"
