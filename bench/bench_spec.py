@@ -35,6 +35,7 @@ Usage: bench/bench_spec.py [--model qwen2.5-coder-1.5b] [--draft-model qwen2.5-c
                            [--limit N per category] [--max-tokens N] [--threads N]
                            [--modes none ngram draft auto dflash:best:16] [--dflash-sweep]
                            [--drafter DIR] [--skip-llama] [--salvo PATH] [--reps N] [--per-prompt]
+                           [--device cpu|cuda]
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ def spec_flags(mode: str, drafter: str | None) -> list[str]:
 
 
 def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: list[dict],
-              threads: int, drafter: str | None = None) -> list[dict]:
+              threads: int, drafter: str | None = None, device: str = "cpu") -> list[dict]:
     """One process per mode and max_tokens value; one JSON result per prompt, in order."""
     results: dict[str, dict] = {}
     by_max = collections.defaultdict(list)
@@ -107,7 +108,8 @@ def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: lis
             prompts_file = f.name
         cmd = [salvo, "run", "--model", model, "--prompts-file", prompts_file, "--json",
                "--temperature", "0", "--seed", "1", "--max-tokens", str(max_tokens),
-               "--threads", str(threads), "--ctx", "2048", *spec_flags(mode, drafter)]
+               "--threads", str(threads), "--ctx", "2048", "--device", device,
+               *spec_flags(mode, drafter)]
         if draft and mode in ("draft", "auto"):
             cmd += ["--draft-model", draft]
         try:
@@ -229,6 +231,7 @@ def main() -> None:
     ap.add_argument("--dflash-sweep", action="store_true",
                     help="add dflash:{chain,best,adapter}:{8,16,32,64}")
     ap.add_argument("--skip-llama", action="store_true")
+    ap.add_argument("--device", default="cpu", help="salvo's --device (cuda on the GPU machine)")
     ap.add_argument("--json-out", help="write every per-prompt figure here")
     ap.add_argument("--reps", type=int, default=1, help="repetitions, interleaved prompt by prompt")
     ap.add_argument("--interleave", action="store_true",
@@ -269,7 +272,7 @@ def main() -> None:
         for mode in todo:
             print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
             results = run_salvo(args.salvo, model, draft, mode, prompts, args.threads,
-                                args.drafter)
+                                args.drafter, args.device)
             salvo[mode] = {p["id"]: [r] for p, r in zip(prompts, results)}
     elif todo:
         # Interleaved: prompt by prompt, every mode seconds apart, the order rotated per repetition.
@@ -280,7 +283,7 @@ def main() -> None:
                       flush=True)
                 for mode in order:
                     r = run_salvo(args.salvo, model, draft, mode, [p], args.threads,
-                                 args.drafter)[0]
+                                  args.drafter, args.device)[0]
                     salvo[mode].setdefault(p["id"], []).append(r)
                 if args.json_out:
                     pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))
