@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA checks and benchmarks, on a GPU machine: builds salvo with CUDA, generates
 # random-weight models of real shapes, runs the `cuda` ctest label (ops vs the CPU reference,
-# models vs the CPU backend, row invariance, speculation invariant), checks through the CLI that
+# models vs the CPU backend, row invariance, speculation invariant, hidden states and the DFlash
+# drafter's device runner vs the CPU), checks through the CLI that
 # `--spec ngram` and `--spec none` give the same ids, benchmarks pp512 / tg128 / k-row
 # verification, and prints a summary table. Exits non-zero when a check fails.
 #
@@ -37,7 +38,8 @@ if [[ -n $deps ]]; then
 fi
 cmake "${args[@]}" >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
 start=$(date +%s)
-cmake --build "$work/build" -j"$(nproc)" --target salvo cuda_ops_test cuda_model_test
+cmake --build "$work/build" -j"$(nproc)" --target salvo cuda_ops_test cuda_model_test \
+  cuda_dflash_test
 echo "build: $(($(date +%s) - start)) s"
 salvo=$work/build/salvo
 
@@ -58,7 +60,7 @@ m=$work/models
 log "ctest -L cuda"
 export SALVO_CUDA_TEST_MODELS="$m/smollm2-135m-q4_1.gguf:$m/qwen2.5-0.5b-mixed.gguf:$m/qwen2.5-1.5b-q4_k_m.gguf"
 ctest --test-dir "$work/build" -L cuda --output-on-failure -V 2>&1 | tee "$work/ctest.log" |
-  grep -E "NMSE|spec |tests passed|Failed|FAILED|OK \]|Passed" || true
+  grep -E "NMSE|spec |top-1|tests passed|Failed|FAILED|OK \]|Passed" || true
 grep -q "100% tests passed" "$work/ctest.log" || failures+=("ctest -L cuda")
 
 log "speculation invariant through the CLI (--spec ngram vs --spec none, greedy, same seed)"

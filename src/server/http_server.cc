@@ -454,7 +454,9 @@ void HttpServer::Impl::load() {
       Engine::load(options.model_path, {.threads = options.threads,
                                         .draft_model_path = options.draft_model_path,
                                         .placement = {},
-                                        .drafter_dir = options.drafter_dir});
+                                        .drafter_dir = options.drafter_dir,
+                                        .find_drafter = true,
+                                        .drafter_placement = {}});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;
