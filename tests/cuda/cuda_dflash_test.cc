@@ -154,13 +154,16 @@ void write_random_drafter(const std::string& dir, const ModelConfig& t, uint32_t
   out.write(data.data(), data.size());
 }
 
-// The drafters to test for a target: a random one, and the shipped one when it fits.
-std::vector<std::string> drafters_for(const std::string& model_path, const ModelConfig& c,
-                                      int index) {
-  const std::string dir =
-      (std::filesystem::temp_directory_path() / ("salvo_cuda_dflash_" + std::to_string(index)))
-          .string();
-  write_random_drafter(dir, c, 1234 + index);
+// The drafters to test for a target: a random one, written to
+// $SALVO_CUDA_TEST_DRAFTERS/<model stem>/ (default: the temporary directory), where
+// scripts/gpu_check.sh finds it for its CLI check; and the shipped one when it fits.
+std::vector<std::string> drafters_for(const std::string& model_path, const ModelConfig& c) {
+  namespace fs = std::filesystem;
+  const char* env = std::getenv("SALVO_CUDA_TEST_DRAFTERS");
+  const fs::path root =
+      env != nullptr && *env != 0 ? fs::path(env) : fs::temp_directory_path() / "salvo_drafters";
+  const std::string dir = (root / fs::path(model_path).stem()).string();
+  write_random_drafter(dir, c, 1234);
   std::vector<std::string> dirs = {dir};
   const std::string shipped = find_drafter_dir(model_path);
   if (!shipped.empty()) dirs.push_back(shipped);
@@ -236,11 +239,20 @@ TEST_F(CudaDflashTest, HiddenStatesMatchCpu) {
   }
 }
 
-// Compares one draft of the device runner with the CPU DflashModel's logits.
+// Compares one draft of the device runner with the CPU DflashModel's logits. Errors are in
+// units of the row's logit standard deviation: the CPU's LM head rounds its activations to
+// int8 (~0.3% of a logit's scale), the device's does not.
 struct DraftComparison {
   int depths = 0, top1_agree = 0, overlap = 0, slots = 0;
   double max_logprob_err = 0, worst_rank_gap = 0;
 };
+
+double row_std(const float* row, int n) {
+  double sum = 0, sq = 0;
+  for (int i = 0; i < n; ++i) sum += row[i], sq += static_cast<double>(row[i]) * row[i];
+  const double mean = sum / n;
+  return std::sqrt(std::max(sq / n - mean * mean, 1e-12));
+}
 
 DraftComparison compare_draft(const std::vector<float>& cpu_logits, int n_vocab,
                               const std::vector<Candidates>& gpu, int width) {
@@ -253,15 +265,17 @@ DraftComparison compare_draft(const std::vector<float>& cpu_logits, int n_vocab,
     if (gpu[d].size() == 0) continue;
     r.top1_agree += gpu[d].tokens[0] == cpu.tokens[0];
     const float log_z = row[cpu.tokens[0]] - cpu.logprobs[0];
+    const double scale = row_std(row, n_vocab);
     for (size_t i = 0; i < gpu[d].size(); ++i) {
       const int32_t id = gpu[d].tokens[i];
       r.overlap += std::count(cpu.tokens.begin(), cpu.tokens.end(), id) > 0;
       ++r.slots;
       // The device's log-probability of its candidate against the CPU's for the same id.
-      r.max_logprob_err =
-          std::max(r.max_logprob_err, std::fabs(double(gpu[d].logprobs[i]) - (row[id] - log_z)));
+      r.max_logprob_err = std::max(
+          r.max_logprob_err, std::fabs(double(gpu[d].logprobs[i]) - (row[id] - log_z)) / scale);
       // A candidate the device ranks i-th is at most this far below the CPU's i-th.
-      r.worst_rank_gap = std::max(r.worst_rank_gap, double(cpu.logprobs[i]) - (row[id] - log_z));
+      r.worst_rank_gap =
+          std::max(r.worst_rank_gap, (double(cpu.logprobs[i]) - (row[id] - log_z)) / scale);
       if (i > 0) {
         EXPECT_GE(gpu[d].logprobs[i - 1], gpu[d].logprobs[i]);
       }
@@ -273,6 +287,7 @@ DraftComparison compare_draft(const std::vector<float>& cpu_logits, int n_vocab,
 TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
   int index = 0;
   for (const std::string& path : models_) {
+    ++index;
     SCOPED_TRACE(path);
     auto cpu = load_model(path);
     ASSERT_TRUE(cpu.ok()) << cpu.status().message();
@@ -284,7 +299,7 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
     Model& g_model = **gpu;
     const ModelConfig& tc = c_model.config();
     ThreadPool pool(8);
-    for (const std::string& dir : drafters_for(path, tc, index++)) {
+    for (const std::string& dir : drafters_for(path, tc)) {
       SCOPED_TRACE(dir);
       auto c_drafter = DflashModel::load(dir, c_model);
       ASSERT_TRUE(c_drafter.ok()) << c_drafter.status().message();
@@ -333,14 +348,14 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
         const DraftComparison r = compare_draft(cpu_logits, tc.n_vocab, gpu_depths, width);
         std::printf(
             "%s / %s: context %d: top-1 agreement %d/%d, top-%d overlap %d/%d, max |logprob "
-            "err| %.3g, worst rank gap %.3g\n",
-            path.c_str(), std::filesystem::path(dir).filename().c_str(), at, r.top1_agree, r.depths,
-            width, r.overlap, r.slots, r.max_logprob_err, r.worst_rank_gap);
+            "err| %.3g, worst rank gap %.3g (logit std units)\n",
+            path.c_str(), dir.c_str(), at, r.top1_agree, r.depths, width, r.overlap, r.slots,
+            r.max_logprob_err, r.worst_rank_gap);
         // The LM head's activations are int8 on the CPU and float here: near-ties may swap.
         EXPECT_GE(r.top1_agree, r.depths - 2);
         EXPECT_GE(r.overlap, r.slots * 8 / 10);
-        EXPECT_LT(r.max_logprob_err, 0.05);
-        EXPECT_LT(r.worst_rank_gap, 0.05);
+        EXPECT_LT(r.max_logprob_err, 0.02);
+        EXPECT_LT(r.worst_rank_gap, 0.02);
 
         // The adapter's scores for every parent the tree may use, on the device's candidates.
         if (cd.has_adapter()) {
@@ -363,7 +378,7 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
           }
           const double e = nmse(got.data(), want.data(), got.size());
           std::printf("%s / %s: context %d: adapter scores NMSE %.3g over %zu\n", path.c_str(),
-                      std::filesystem::path(dir).filename().c_str(), at, e, got.size());
+                      dir.c_str(), at, e, got.size());
           EXPECT_LT(e, 1e-3);
         }
       }
@@ -372,7 +387,6 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
 }
 
 TEST_F(CudaDflashTest, SpeculationWithDflashDoesNotChangeTokens) {
-  int index = 100;
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
     ModelConfig config;
@@ -381,7 +395,7 @@ TEST_F(CudaDflashTest, SpeculationWithDflashDoesNotChangeTokens) {
       ASSERT_TRUE(probe.ok()) << probe.status().message();
       config = (*probe)->config();
     }
-    for (const std::string& dir : drafters_for(path, config, index++)) {
+    for (const std::string& dir : drafters_for(path, config)) {
       SCOPED_TRACE(dir);
       auto engine = Engine::load(path, {.threads = 4,
                                         .draft_model_path = {},
@@ -411,10 +425,10 @@ TEST_F(CudaDflashTest, SpeculationWithDflashDoesNotChangeTokens) {
           auto result = session.generate(request, [](const std::string&) { return true; });
           ASSERT_TRUE(result.ok()) << result.status().message();
           std::printf("%s / %s: spec %s %s: %d tokens in %d passes, %d drafted nodes accepted %d\n",
-                      path.c_str(), std::filesystem::path(dir).filename().c_str(),
-                      mode == SpecMode::kNone ? "none" : "dflash", spec_tree_name(tree),
-                      result->stats.generated_tokens, result->stats.forward_passes,
-                      result->stats.drafted_nodes, result->stats.accepted_draft_tokens);
+                      path.c_str(), dir.c_str(), mode == SpecMode::kNone ? "none" : "dflash",
+                      spec_tree_name(tree), result->stats.generated_tokens,
+                      result->stats.forward_passes, result->stats.drafted_nodes,
+                      result->stats.accepted_draft_tokens);
           if (mode == SpecMode::kNone) {
             plain = result->tokens;
           } else {
