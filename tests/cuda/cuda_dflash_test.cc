@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/kernels.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "models/model.h"
@@ -180,6 +181,48 @@ class CudaDflashTest : public ::testing::Test {
   }
   std::vector<std::string> models_;
 };
+
+// The top-k kernel alone against dflash_tree's top_candidates: exact ids (ties included, to the
+// lower id; ids from n_tokens on never chosen) and log-probabilities. Needs no model.
+TEST(CudaDflashKernels, TopCandidatesMatchCpu) {
+  ASSERT_TRUE(cuda::check_available().ok());
+  const int n_rows = 15, n_vocab = 151936, n_tokens = 151665, k = cuda::kMaxTopCandidates;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::vector<float> logits(static_cast<size_t>(n_rows) * n_vocab);
+  for (float& x : logits) x = normal(rng);
+  for (int r = 0; r < n_rows; ++r) {
+    float* row = logits.data() + static_cast<size_t>(r) * n_vocab;
+    row[1000 + r] = row[50 + r] = 30.0f;  // a tie at the top: the lower id first
+    row[n_tokens + r] = 40.0f;            // beyond n_tokens: in the normalizer, never a candidate
+    row[7] = -INFINITY;
+  }
+  float *d_logits = nullptr, *d_lp = nullptr;
+  int32_t* d_ids = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_logits, logits.size() * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_lp, n_rows * k * sizeof(float)), cudaSuccess);
+  ASSERT_EQ(cudaMalloc(&d_ids, n_rows * k * sizeof(int32_t)), cudaSuccess);
+  cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice);
+  cuda::top_candidates(d_logits, n_rows, n_vocab, n_tokens, k, d_ids, d_lp, 0);
+  std::vector<int32_t> ids(n_rows * k);
+  std::vector<float> lp(n_rows * k);
+  ASSERT_EQ(cudaMemcpy(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(lp.data(), d_lp, lp.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
+  cudaFree(d_logits);
+  cudaFree(d_lp);
+  cudaFree(d_ids);
+  double max_err = 0;
+  for (int r = 0; r < n_rows; ++r) {
+    const Candidates want =
+        top_candidates(logits.data() + static_cast<size_t>(r) * n_vocab, n_vocab, n_tokens, k);
+    for (int i = 0; i < k; ++i) {
+      EXPECT_EQ(ids[r * k + i], want.tokens[i]) << "row " << r << " rank " << i;
+      max_err = std::max(max_err, std::fabs(double(lp[r * k + i]) - want.logprobs[i]));
+    }
+  }
+  std::printf("top_candidates kernel: ids identical, max |logprob err| %.3g\n", max_err);
+  EXPECT_LT(max_err, 1e-4);
+}
 
 TEST_F(CudaDflashTest, HiddenStatesMatchCpu) {
   for (const std::string& path : models_) {
