@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The CUDA checks and benchmarks, on a GPU machine: builds salvo with CUDA, generates
 # random-weight models of real shapes, runs the `cuda` ctest label (ops vs the CPU reference,
-# models vs the CPU backend, row invariance, speculation invariant), checks through the CLI that
+# models vs the CPU backend, row invariance, speculation invariant, hidden states and the DFlash
+# drafter's device runner vs the CPU), checks through the CLI that
 # `--spec ngram` and `--spec none` give the same ids, benchmarks pp512 / tg128 / k-row
 # verification, and prints a summary table. Exits non-zero when a check fails.
 #
@@ -44,7 +45,8 @@ if [[ -n $deps ]]; then
 fi
 cmake "${args[@]}" >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
 start=$(date +%s)
-cmake --build "$work/build" -j"$(nproc)" --target salvo cuda_ops_test cuda_model_test
+cmake --build "$work/build" -j"$(nproc)" --target salvo cuda_ops_test cuda_model_test \
+  cuda_dflash_test
 echo "build: $(($(date +%s) - start)) s"
 salvo=$work/build/salvo
 
@@ -72,8 +74,10 @@ fi
 echo "real models: ${real_models[*]:-none}"
 export SALVO_CUDA_TEST_MODELS="$m/smollm2-135m-q4_1.gguf:$m/qwen2.5-0.5b-mixed.gguf:$m/qwen2.5-1.5b-q4_k_m.gguf"
 for name in "${real_models[@]}"; do SALVO_CUDA_TEST_MODELS+=":$m/$name.gguf"; done
+# cuda_dflash_test writes a random DFlash drafter per model here (used by the CLI check below).
+export SALVO_CUDA_TEST_DRAFTERS=$work/drafters
 ctest --test-dir "$work/build" -L cuda --output-on-failure -V 2>&1 | tee "$work/ctest.log" |
-  grep -E "NMSE|spec |tests passed|Failed|FAILED|OK \]|Passed" || true
+  grep -E "NMSE|spec |top-1|tests passed|Failed|FAILED|OK \]|Passed" || true
 grep -q "100% tests passed" "$work/ctest.log" || failures+=("ctest -L cuda")
 
 log "speculation invariant through the CLI (--spec ngram vs --spec none, greedy, same seed)"
@@ -92,6 +96,31 @@ print(f"  {a['model']}: none {a['n_generated']} tokens / {a['forward_passes']} p
 sys.exit(0 if a["tokens"] == b["tokens"] else 1)
 PY
     failures+=("spec invariant $model")
+done
+
+log "DFlash on CUDA through the CLI (--spec dflash vs --spec none, random drafters)"
+for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m; do
+  drafter=$SALVO_CUDA_TEST_DRAFTERS/$model
+  if [[ ! -f $drafter/config.json ]]; then
+    failures+=("dflash CLI $model: no drafter (cuda_dflash_test writes it)")
+    continue
+  fi
+  for tree in chain adapter; do
+    "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
+      --seed 7 --ignore-eos -n 64 --spec dflash --spec-tree "$tree" --drafter "$drafter" --json \
+      >"$work/run_${model}_dflash_$tree.json" || { failures+=("dflash CLI $model $tree"); continue; }
+    "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
+      --seed 7 --ignore-eos -n 64 --spec none --json >"$work/run_${model}_none64.json"
+    python3 - "$work/run_${model}_none64.json" "$work/run_${model}_dflash_$tree.json" <<'PY' ||
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:3])
+print(f"  {a['model']}: none {a['n_generated']} tokens / {a['forward_passes']} passes, "
+      f"dflash {b['n_generated']} tokens / {b['forward_passes']} passes; "
+      f"ids {'identical' if a['tokens'] == b['tokens'] else 'DIFFER'}")
+sys.exit(0 if a["tokens"] == b["tokens"] else 1)
+PY
+      failures+=("dflash spec invariant $model $tree")
+  done
 done
 
 log "benchmarks (salvo bench --device cuda)"

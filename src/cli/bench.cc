@@ -119,7 +119,8 @@ void bench(const BenchOptions& o) {
              .placement = placement_for(o.device),
              // The benchmark's speculative figures use the draft model, not a DFlash drafter.
              .drafter_dir = {},
-             .find_drafter = false});
+             .find_drafter = false,
+             .drafter_placement = {}});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
   const ModelConfig& c = e.model().config();

@@ -15,4 +15,9 @@ ModelPlacement placement_for(const std::string& device) {
   return {};
 }
 
+DrafterPlacement drafter_placement_for(const std::string& device) {
+  if (device == "cuda") return cuda::dflash_to_device;
+  return {};
+}
+
 }  // namespace salvo::cli

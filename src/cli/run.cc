@@ -115,14 +115,15 @@ void run(const RunOptions& o) {
                                                : read_prompts_file(o.prompts_file);
 
   // Without --spec draft, a draft model serves --spec auto; other modes do not use it.
-  auto engine = Engine::load(
-      resolve_model(o.model),
-      {.threads = o.threads,
-       .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
-       .placement = placement_for(o.device),
-       .drafter_dir = o.drafter,
-       // Only the modes that draft with it look for one.
-       .find_drafter = spec.mode == SpecMode::kAuto || spec.mode == SpecMode::kDflash});
+  auto engine =
+      Engine::load(resolve_model(o.model),
+                   {.threads = o.threads,
+                    .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
+                    .placement = placement_for(o.device),
+                    .drafter_dir = o.drafter,
+                    // Only the modes that draft with it look for one.
+                    .find_drafter = spec.mode == SpecMode::kAuto || spec.mode == SpecMode::kDflash,
+                    .drafter_placement = drafter_placement_for(o.device)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
   if (!e.drafter_note().empty()) {

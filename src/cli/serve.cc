@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/device.h"
 #include "server/http_server.h"
 
 namespace salvo::cli {
@@ -20,6 +21,7 @@ struct ServeOptions {
   std::string model;
   std::string draft_model;
   std::string spec = "auto";
+  std::string device = "cpu";
   server::ServerOptions server;
 };
 
@@ -38,6 +40,8 @@ void serve(ServeOptions& o) {
   auto spec_mode = parse_spec_mode(o.spec);
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
   o.server.spec.mode = *spec_mode;
+  o.server.placement = placement_for(o.device);
+  o.server.drafter_placement = drafter_placement_for(o.device);
   if (Status st = o.server.spec.validate(); !st.ok()) throw CliError(st.message());
 
   // Signals are taken by one thread with sigwait; every other thread (created after this)
@@ -83,6 +87,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--draft-model", o->draft_model, "smaller model with the same vocabulary");
   cmd->add_option("--drafter", o->server.drafter_dir,
                   "DFlash drafter directory (default: drafters/<model>/ when one exists)");
+  add_device_option(cmd, o->device);
   cmd->add_option("--host", s.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "port (0 = any free port, printed at start)")
       ->check(CLI::Range(0, 65535))

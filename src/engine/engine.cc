@@ -38,14 +38,28 @@ Expected<std::unique_ptr<Engine>> Engine::load(const std::string& model_path,
                                                  engine->draft_model_->config()));
     engine->draft_model_->gguf().release_all_pages();
   }
+  // The drafter runs beside its target: on the target's device when it has one.
+  auto load_drafter = [&](const std::string& dir) -> Expected<std::unique_ptr<DflashModel>> {
+    SALVO_ASSIGN_OR_RETURN(std::unique_ptr<DflashModel> dflash,
+                           DflashModel::load(dir, *engine->model_));
+    if (options.drafter_placement) {
+      SALVO_ASSIGN_OR_RETURN(std::shared_ptr<const DflashDevice> device,
+                             options.drafter_placement(*dflash, *engine->model_));
+      dflash->set_device(std::move(device));
+    } else if (!dflash->has_cpu_forward()) {
+      return Status::error(dir + ": the model runs on the " + engine->model_->backend_name() +
+                           " backend and the drafter has no runner there");
+    }
+    return dflash;
+  };
   if (!options.drafter_dir.empty()) {
-    auto dflash = DflashModel::load(options.drafter_dir, *engine->model_);
+    auto dflash = load_drafter(options.drafter_dir);
     if (!dflash.ok()) return dflash.status().with_context("drafter " + options.drafter_dir);
     engine->dflash_ = std::move(dflash).value();
   } else if (options.find_drafter) {
     const std::string dir = find_drafter_dir(model_path);
     if (!dir.empty()) {
-      auto dflash = DflashModel::load(dir, *engine->model_);
+      auto dflash = load_drafter(dir);
       if (dflash.ok()) {
         engine->dflash_ = std::move(dflash).value();
       } else {

@@ -8,6 +8,7 @@
 
 #include "models/model.h"
 #include "speculative/dflash_model.h"
+#include "speculative/dflash_runner.h"
 #include "tokenizer/tokenizer.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
@@ -18,6 +19,10 @@ namespace salvo {
 // it, so the engine does not depend on any backend.
 using ModelPlacement =
     std::function<Expected<std::unique_ptr<Model>>(std::unique_ptr<Model> cpu_model)>;
+
+// Puts a DFlash drafter on the backend of its (placed) target, e.g. cuda::dflash_to_device.
+using DrafterPlacement = std::function<Expected<std::shared_ptr<const DflashDevice>>(
+    const DflashModel& drafter, const Model& target)>;
 
 struct EngineOptions {
   int threads = 0;  // 0 = all cores
@@ -30,6 +35,9 @@ struct EngineOptions {
   // find_drafter_dir) and fits; otherwise none.
   std::string drafter_dir;
   bool find_drafter = true;
+  // Where the drafter runs when the model is placed: set with `placement` (the drafter runs
+  // beside its target). Empty: on the CPU.
+  DrafterPlacement drafter_placement;
 };
 
 class Engine {

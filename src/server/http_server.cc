@@ -453,8 +453,10 @@ void HttpServer::Impl::load() {
   auto loaded_engine =
       Engine::load(options.model_path, {.threads = options.threads,
                                         .draft_model_path = options.draft_model_path,
-                                        .placement = {},
-                                        .drafter_dir = options.drafter_dir});
+                                        .placement = options.placement,
+                                        .drafter_dir = options.drafter_dir,
+                                        .find_drafter = true,
+                                        .drafter_placement = options.drafter_placement});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;

@@ -5,16 +5,19 @@
 #include <memory>
 #include <string>
 
+#include "engine/engine.h"
 #include "speculative/drafter.h"
 #include "util/status.h"
 
 namespace salvo::server {
 
 struct ServerOptions {
-  std::string model_id;          // the name /v1/models lists and requests must use
-  std::string model_path;        // GGUF file
-  std::string draft_model_path;  // empty = none; else drafts under --spec draft and auto
-  std::string drafter_dir;       // DFlash drafter; empty = drafters/<model>/ when one exists
+  std::string model_id;                // the name /v1/models lists and requests must use
+  std::string model_path;              // GGUF file
+  std::string draft_model_path;        // empty = none; else drafts under --spec draft and auto
+  std::string drafter_dir;             // DFlash drafter; empty = drafters/<model>/ when one exists
+  ModelPlacement placement;            // empty = the CPU (the front end picks the backend)
+  DrafterPlacement drafter_placement;  // the DFlash drafter beside a placed model
   std::string host = "127.0.0.1";
   int port = 8080;  // 0 = any free port
   int parallel = 4;

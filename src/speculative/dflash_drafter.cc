@@ -11,9 +11,9 @@ constexpr int kMaxSiblings = 8;
 
 }  // namespace
 
-DflashDrafter::DflashDrafter(const DflashModel& model, ThreadPool& pool, int32_t n_tokens,
-                             SpecTree tree)
-    : model_(model), pool_(pool), n_tokens_(n_tokens), tree_(tree), state_(model.new_state()) {
+DflashDrafter::DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner,
+                             int32_t n_tokens, SpecTree tree)
+    : model_(model), runner_(std::move(runner)), n_tokens_(n_tokens), tree_(tree) {
   if (tree_ == SpecTree::kAuto) tree_ = model.has_adapter() ? SpecTree::kAdapter : SpecTree::kBest;
   if (tree_ == SpecTree::kAdapter && !model.has_adapter()) tree_ = SpecTree::kBest;
 }
@@ -22,14 +22,14 @@ void DflashDrafter::observe(int32_t first, int32_t n, const float* features) {
   // A gap (features the drafter never saw) leaves it short: it stops drafting until the
   // sequence restarts from a prefix it holds, which Sequence::start arranges via observed().
   if (first > observed()) return;
-  if (first < state_.n_positions) {
+  if (first < runner_->n_positions()) {
     // Rewriting projected positions: what was pending lies after them and is dropped.
     pending_.clear();
     // Cannot fail past the check above; a failure would only stop drafting, never change output.
-    (void)model_.observe(pool_, state_, first, n, features).ok();
+    (void)runner_->observe(first, n, features).ok();
     return;
   }
-  pending_.resize(static_cast<size_t>(first - state_.n_positions) *
+  pending_.resize(static_cast<size_t>(first - runner_->n_positions()) *
                   model_.config().feature_width());
   pending_.insert(pending_.end(), features,
                   features + static_cast<size_t>(n) * model_.config().feature_width());
@@ -38,7 +38,7 @@ void DflashDrafter::observe(int32_t first, int32_t n, const float* features) {
 
 void DflashDrafter::flush() {
   if (pending_.empty()) return;
-  (void)model_.observe(pool_, state_, state_.n_positions, pending_rows(), pending_.data()).ok();
+  (void)runner_->observe(runner_->n_positions(), pending_rows(), pending_.data()).ok();
   pending_.clear();
 }
 
@@ -48,17 +48,14 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
   if (context.empty() || budget <= 0 || max_depth <= 0) return {};
   flush();
   // The drafter must hold every committed position: the root sits right after them.
-  if (state_.n_positions != static_cast<int32_t>(context.size()) - 1) return {};
+  if (runner_->n_positions() != static_cast<int32_t>(context.size()) - 1) return {};
   const int32_t root = context.back();
-  model_.draft_block(pool_, state_, root, max_depth, logits_);
-  const int32_t n_vocab = static_cast<int32_t>(logits_.size() / max_depth);
-  const int width =
+  int width =
       tree_ == SpecTree::kAdapter ? std::max(c.adapter_top_k, 1) : std::min(budget, kMaxSiblings);
-  std::vector<Candidates> depths(max_depth);
-  for (int d = 0; d < max_depth; ++d) {
-    depths[d] = top_candidates(logits_.data() + static_cast<size_t>(d) * n_vocab, n_vocab,
-                               n_tokens_, tree_ == SpecTree::kChain ? 1 : width);
-  }
+  if (tree_ == SpecTree::kChain) width = 1;
+  width = std::min(width, runner_->max_width());
+  runner_->draft(root, max_depth, width, n_tokens_, depths_);
+  const std::vector<Candidates>& depths = depths_;
   switch (tree_) {
     case SpecTree::kChain:
       return chain_tree(depths, budget, max_depth);
@@ -73,8 +70,7 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
         for (float lp : out.logprobs) mass += std::exp(static_cast<double>(lp));
         const float log_mass = static_cast<float>(std::log(std::max(mass, 1e-30)));
         scores.resize(out.size());
-        model_.adapter_scores(state_.y.data() + static_cast<size_t>(depth) * c.n_embd, parent_token,
-                              out.tokens, scores.data());
+        runner_->adapter_scores(depth, parent_token, out.tokens, scores.data());
         float max_score = -INFINITY;
         for (float s : scores) max_score = std::max(max_score, s);
         double sum = 0;

@@ -1,30 +1,34 @@
-// DflashDrafter: drafts with a DFlash block drafter (dflash_model.h). It keeps the drafter's
-// context K/V for the sequence's committed positions, fed by observe() with the target's hidden
-// states; each proposal is one draft pass for the root, whose per-depth distributions become a
-// tree (dflash_tree.h): a chain, best-first on cumulative log-probability, or best-first with an
+// DflashDrafter: drafts with a DFlash block drafter (dflash_model.h) through a runner
+// (dflash_runner.h: the CPU, or the target's device). The runner keeps the drafter's context K/V
+// for the sequence's committed positions, fed by observe() with the target's hidden states; each
+// proposal is one draft pass for the root, whose per-depth candidates become a tree
+// (dflash_tree.h): a chain, best-first on cumulative log-probability, or best-first with an
 // adapter rescoring each node's children given its token.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "speculative/dflash_model.h"
+#include "speculative/dflash_runner.h"
 #include "speculative/dflash_tree.h"
 #include "speculative/drafter.h"
-#include "util/thread_pool.h"
 
 namespace salvo {
 
 class DflashDrafter : public Drafter {
  public:
-  // `n_tokens`: ids the drafter may propose. The model and pool must outlive the drafter.
-  DflashDrafter(const DflashModel& model, ThreadPool& pool, int32_t n_tokens, SpecTree tree);
+  // `n_tokens`: ids the drafter may propose. The model must outlive the drafter; `runner`
+  // runs it (new_dflash_runner).
+  DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner, int32_t n_tokens,
+                SpecTree tree);
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
   std::span<const int32_t> hidden_layers() const override { return model_.config().target_layers; }
   void observe(int32_t first, int32_t n, const float* features) override;
-  int32_t observed() const override { return state_.n_positions + pending_rows(); }
+  int32_t observed() const override { return runner_->n_positions() + pending_rows(); }
 
  private:
   // Features wait here until a draft needs them: while the policy decodes plainly, projecting
@@ -37,12 +41,11 @@ class DflashDrafter : public Drafter {
   void flush();
 
   const DflashModel& model_;
-  ThreadPool& pool_;
+  std::unique_ptr<DflashRunner> runner_;
   int32_t n_tokens_;
   SpecTree tree_;
-  DflashState state_;
-  std::vector<float> logits_;
-  std::vector<float> pending_;  // features of positions state_.n_positions onwards
+  std::vector<Candidates> depths_;
+  std::vector<float> pending_;  // features of positions runner_->n_positions() onwards
 };
 
 }  // namespace salvo

@@ -13,6 +13,8 @@
 #include "ops/vec.h"
 #include "quant/fp16.h"
 #include "quant/types.h"
+#include "speculative/dflash_runner.h"
+#include "util/check.h"
 
 namespace salvo {
 namespace {
@@ -252,11 +254,12 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     return Status::error(config_path + ": the drafter is for a '" + c.target_arch +
                          "' target, the model is '" + t.arch + "'");
   }
-  m->embedding_ = target.embedding_table();
-  m->lm_head_ = target.lm_head();
-  if (m->embedding_ == nullptr || m->lm_head_ == nullptr || t.arch == "gemma3") {
+  if (t.arch != "llama" && t.arch != "qwen2") {
     return Status::error("DFlash drafting supports llama and qwen2 targets, not '" + t.arch + "'");
   }
+  // Null for a target on a device: its runners then read the device's copies.
+  m->embedding_ = target.embedding_table();
+  m->lm_head_ = target.lm_head();
 
   const std::string weights_path = dir + "/model.safetensors";
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
@@ -287,7 +290,7 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
   m->output_norm_ = load.vector("output_norm.weight", c.n_embd);
   for (int i = 0; i < c.n_layer; ++i) {
     const std::string p = "layers." + std::to_string(i) + ".";
-    Layer& l = m->layers_.emplace_back();
+    DflashLayer& l = m->layers_.emplace_back();
     l.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
     l.q = matrix(p + "q.weight", q_width, c.n_embd);
     l.k = matrix(p + "k.weight", c.kv_width(), c.n_embd);
@@ -308,6 +311,8 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
   if (!load.status().ok()) return load.status().with_context(weights_path);
   return m;
 }
+
+DflashModel::~DflashModel() = default;
 
 DflashState DflashModel::new_state() const {
   DflashState s;
@@ -344,7 +349,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
   s.kb.resize(n * kvw);
   s.vb.resize(n * kvw);
   for (int l = 0; l < c.n_layer; ++l) {
-    const Layer& layer = layers_[l];
+    const DflashLayer& layer = layers_[l];
     matmul(pool, layer.k, s.c.data(), n, s.kb.data(), s.matmul);
     matmul(pool, layer.v, s.c.data(), n, s.vb.data(), s.matmul);
     ops::rms_norm_heads(s.kb.data(), layer.k_norm.data(), n, c.n_head_kv, c.head_dim, c.rms_eps);
@@ -358,6 +363,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
 
 void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, int depth,
                               std::vector<float>& logits) const {
+  SALVO_CHECK(has_cpu_forward());
   const DflashConfig& c = config_;
   const int B = c.block_size;
   const int p = s.n_positions;
@@ -382,7 +388,7 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int il = 0; il < c.n_layer; ++il) {
-    const Layer& l = layers_[il];
+    const DflashLayer& l = layers_[il];
     ops::rms_norm(s.x.data(), l.attn_norm.data(), s.h.data(), B, c.n_embd, c.rms_eps);
     matmul(pool, l.q, s.h.data(), B, s.q.data(), s.matmul);
     matmul(pool, l.k, s.h.data(), B, s.kb.data(), s.matmul);
@@ -441,6 +447,7 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
 }
 
 void DflashModel::adapter_u(const float* y_j, int32_t prev, float* u) const {
+  SALVO_CHECK(has_cpu_forward());
   const DflashConfig& c = config_;
   std::vector<float> e(c.n_embd), a(c.adapter_hidden);
   ops::embed(*embedding_, &prev, 1, e.data());

@@ -43,6 +43,7 @@ struct DflashConfig {
   int feature_width() const { return static_cast<int>(target_layers.size()) * target_n_embd; }
   int kv_width() const { return n_head_kv * head_dim; }
   int max_depth() const { return block_size - 1; }
+  bool has_adapter() const { return adapter_hidden > 0; }
 };
 
 // The drafter directory for a model file: <d>/<file stem>/ holding a config.json, for d in
@@ -63,15 +64,42 @@ struct DflashState {
   MatmulScratch matmul;
 };
 
+class DflashDevice;
+
+// One drafter layer's weights (matrices F16 or F32, vectors F32).
+struct DflashLayer {
+  std::vector<float> attn_norm, q_norm, k_norm, ffn_norm;
+  WeightView q, k, v, o, gate, up, down;
+};
+
 class DflashModel {
  public:
   // Loads <dir>/config.json and <dir>/model.safetensors and checks them against `target`
   // (hidden size, vocabulary, layer count and indices, architecture); `target` must outlive it.
+  // A target on another backend exposes no host embedding or LM head: the drafter then runs
+  // only on a device attached with set_device (has_cpu_forward() is false).
   static Expected<std::unique_ptr<DflashModel>> load(const std::string& dir, const Model& target);
+  ~DflashModel();
 
   const DflashConfig& config() const { return config_; }
   const std::string& dir() const { return dir_; }
   bool has_adapter() const { return config_.adapter_hidden > 0; }
+  bool has_cpu_forward() const { return embedding_ != nullptr && lm_head_ != nullptr; }
+
+  // Where its runners run (dflash_runner.h); null: the CPU. Set once, before any runner.
+  void set_device(std::shared_ptr<const DflashDevice> device) { device_ = std::move(device); }
+  const DflashDevice* device() const { return device_.get(); }
+
+  // The weights, for a device to upload. fc: [n_embd, feature_width]; the adapter's matrices
+  // are F32 and empty views without an adapter.
+  const WeightView& fc() const { return fc_; }
+  const std::vector<float>& hidden_norm() const { return hidden_norm_; }
+  const std::vector<float>& mask_embd() const { return mask_embd_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const std::vector<DflashLayer>& layers() const { return layers_; }
+  const WeightView& adapter_a_h() const { return adapter_a_h_; }  // [adapter_hidden, n_embd]
+  const WeightView& adapter_a_e() const { return adapter_a_e_; }  // [adapter_hidden, n_embd]
+  const WeightView& adapter_b() const { return adapter_b_; }      // [n_embd, adapter_hidden]
 
   DflashState new_state() const;
   // Positions [first, first + n) from their features ([n, feature_width]): the state is
@@ -93,11 +121,6 @@ class DflashModel {
                       std::vector<float>& logits) const;
 
  private:
-  struct Layer {
-    std::vector<float> attn_norm, q_norm, k_norm, ffn_norm;
-    WeightView q, k, v, o, gate, up, down;
-  };
-
   // u = y + b silu(a_h y + a_e E(prev)) for one row, into `u` ([n_embd]).
   void adapter_u(const float* y_j, int32_t prev, float* u) const;
   void rope_heads(float* x, const int32_t* positions, int64_t n, int n_heads) const;
@@ -110,8 +133,9 @@ class DflashModel {
   std::vector<std::vector<uint16_t>> f16_storage_;  // F16 matrices (from I8 with row scales)
   WeightView fc_;
   std::vector<float> hidden_norm_, mask_embd_, output_norm_;
-  std::vector<Layer> layers_;
+  std::vector<DflashLayer> layers_;
   WeightView adapter_a_h_, adapter_a_e_, adapter_b_;
+  std::shared_ptr<const DflashDevice> device_;
 };
 
 }  // namespace salvo

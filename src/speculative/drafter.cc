@@ -178,6 +178,17 @@ Status SpecOptions::validate() const {
   return Status();
 }
 
+namespace {
+
+Expected<std::unique_ptr<Drafter>> make_dflash_drafter(const DrafterResources& r) {
+  SALVO_ASSIGN_OR_RETURN(std::unique_ptr<DflashRunner> runner,
+                         new_dflash_runner(*r.dflash, *r.pool));
+  return std::unique_ptr<Drafter>(
+      std::make_unique<DflashDrafter>(*r.dflash, std::move(runner), r.n_vocab, r.tree));
+}
+
+}  // namespace
+
 Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterResources& r) {
   std::unique_ptr<Drafter> drafter;
   const bool has_model = r.draft_model != nullptr && r.pool != nullptr;
@@ -189,14 +200,15 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
       drafter =
           std::make_unique<NgramDrafter>(NgramOptions{.max_candidates = 8, .fill_budget = true});
       break;
-    case SpecMode::kDflash:
+    case SpecMode::kDflash: {
       if (r.dflash == nullptr || r.pool == nullptr) {
         return Status::error(
             "speculation mode 'dflash' needs a DFlash drafter (--drafter DIR, or "
             "drafters/<model>/)");
       }
-      drafter = std::make_unique<DflashDrafter>(*r.dflash, *r.pool, r.n_vocab, r.tree);
+      SALVO_ASSIGN_OR_RETURN(drafter, make_dflash_drafter(r));
       break;
+    }
     case SpecMode::kDraft:
       if (!has_model) {
         return Status::error("speculation mode 'draft' needs a draft model (--draft-model)");
@@ -204,7 +216,7 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
       [[fallthrough]];
     case SpecMode::kAuto:
       if (mode == SpecMode::kAuto && r.dflash != nullptr && r.pool != nullptr) {
-        drafter = std::make_unique<DflashDrafter>(*r.dflash, *r.pool, r.n_vocab, r.tree);
+        SALVO_ASSIGN_OR_RETURN(drafter, make_dflash_drafter(r));
       } else if (has_model) {
         drafter = std::make_unique<DraftModelDrafter>(
             *r.draft_model, *r.pool, r.n_vocab, DraftModelOptions{.context_size = r.context_size});

@@ -47,7 +47,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionP
   const int partial_width = 2 + p.head_dim_v;
   float* partial = p.partial + ((static_cast<int64_t>(row) * p.n_head + head) * gridDim.z + split) *
                                    partial_width;
-  if (split * kKeysPerSplit >= n_committed + row + 1) {  // beyond any key this row can see
+  // The batch rows this row may see: those before it and itself, or all of them in a block.
+  const int n_batch_keys = p.block_visible ? b.n_rows : row + 1;
+  if (split * kKeysPerSplit >= n_committed + n_batch_keys) {  // beyond any key this row can see
     if (threadIdx.x == 0) partial[0] = -FLT_MAX, partial[1] = 0.0f;
     return;
   }
@@ -57,9 +59,10 @@ __global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionP
   __shared__ float q[kMaxDimPerLane * 32];
   if (warp == 0) {
     int count = 0;
-    for (int k0 = 0; k0 <= row; k0 += 32) {
+    for (int k0 = 0; k0 < n_batch_keys; k0 += 32) {
       const int k = k0 + lane;
-      const bool visible = k <= row && b.seq[k] == seq && row <= b.subtree_end[k] &&
+      const bool visible = k < n_batch_keys && b.seq[k] == seq &&
+                           (p.block_visible || row <= b.subtree_end[k]) &&
                            (p.window == 0 || pos - b.pos[k] < p.window);
       const unsigned ballot = __ballot_sync(0xffffffffu, visible);
       if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = b.slot[k];

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "models/model.h"
+#include "speculative/dflash_runner.h"
 #include "util/status.h"
 
 namespace salvo::cuda {
@@ -16,5 +17,12 @@ Status check_available();
 // there (llama and qwen2). Its KV rows live on the device: the first forward pass with a
 // KvCache attaches a device mirror to it (KvCacheMirror), so commit() moves device rows.
 Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model);
+
+// Uploads a DFlash drafter's weights (matrices as F16) for a target that to_device placed; its
+// runners keep each sequence's context K/V on the device, run the draft pass as one CUDA graph
+// with the target's own device embedding and LM head, and return per depth only the top
+// candidates, their log-probabilities and the adapter's scores (dflash_runner.h).
+Expected<std::shared_ptr<const DflashDevice>> dflash_to_device(const DflashModel& drafter,
+                                                               const Model& target);
 
 }  // namespace salvo::cuda

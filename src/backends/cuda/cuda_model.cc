@@ -2,7 +2,10 @@
 // uploaded once in their GGUF formats; activations are float32 on the device; K/V rows live in
 // a device cache attached to the caller's KvCache as its mirror, so the session's commit() and
 // truncate() keep working unchanged. A pass is one stream of kernel launches, captured as a CUDA
-// graph per (rows, logit rows, cache) shape and replayed; the host waits once, for the logits.
+// graph per (rows, logit rows, cache, hidden layers) shape and replayed; the host waits once,
+// for the logits and the requested hidden states.
+#include "backends/cuda/cuda_model.h"
+
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -93,6 +96,9 @@ class CudaModel : public Model {
  public:
   const char* backend_name() const override { return "cuda"; }
 
+  // The device token embedding and LM head, for a drafter that shares them.
+  const DeviceHeads& heads() const { return heads_; }
+
   static Expected<std::unique_ptr<Model>> create(std::unique_ptr<Model> cpu_model) {
     const auto* llama = dynamic_cast<const LlamaModel*>(cpu_model.get());
     if (llama == nullptr) {
@@ -113,25 +119,27 @@ class CudaModel : public Model {
   }
 
  protected:
-  // Hidden states would need a device-to-host copy of the chosen layers' rows; until then
-  // Model::forward reports that this backend cannot return them (no DFlash drafting on CUDA).
-  bool returns_hidden_states() const override { return false; }
-
   void forward_layers(ThreadPool&, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits,
-                      float*) override {
+                      float* hidden) override {
     const int n = batch.size();
     const int n_logits = batch.n_logit_rows();
+    // hidden is null when the batch asks for no layers (Model::forward).
+    const std::vector<int32_t> no_layers;
+    const std::vector<int32_t>& hidden_layers = hidden != nullptr ? batch.hidden_layers : no_layers;
     DeviceKvCache* dev_kv = attach_cache(kv);
-    if (prepare_scratch(n, n_logits, kv.n_seq(), kv.capacity())) clear_graphs();
+    if (prepare_scratch(n, n_logits, kv.n_seq(), kv.capacity(), hidden_layers.size())) {
+      clear_graphs();
+    }
     upload_batch(batch, kv);
 
     if (use_graphs_) {
-      const auto key = std::make_tuple(n, n_logits, static_cast<const void*>(dev_kv));
+      const auto key =
+          std::make_tuple(n, n_logits, static_cast<const void*>(dev_kv), hidden_layers);
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv);
+        enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv, hidden_layers);
         SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         cudaGraphExec_t exec;
         SALVO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
@@ -140,14 +148,20 @@ class CudaModel : public Model {
       }
       SALVO_CUDA_CHECK(cudaGraphLaunch(it->second, stream_));
     } else {
-      enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv);
+      enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv, hidden_layers);
     }
     const size_t n_out = static_cast<size_t>(n_logits) * config_.n_vocab;
     SALVO_CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), n_out * sizeof(float),
                                      cudaMemcpyDeviceToHost, stream_));
+    const size_t n_hidden = static_cast<size_t>(n) * hidden_layers.size() * config_.n_embd;
+    if (n_hidden > 0) {
+      SALVO_CUDA_CHECK(cudaMemcpyAsync(hidden_host_.get(), hidden_.get(), n_hidden * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+    }
     SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
     logits.resize(n_out);
     std::memcpy(logits.data(), logits_host_.get(), n_out * sizeof(float));
+    if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
   }
 
  private:
@@ -198,6 +212,7 @@ class CudaModel : public Model {
       SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_));
     }
     SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
+    heads_ = {.token_embd = token_embd_.shape, .output = output_.shape};
     for (const LlamaLayer& l : cpu.layers()) {
       DeviceLayer& d = layers_.emplace_back();
       SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, c.n_embd, &d.attn_norm));
@@ -227,7 +242,7 @@ class CudaModel : public Model {
   }
 
   // Sizes the activation buffers; true when any moved (the captured graphs are then stale).
-  bool prepare_scratch(int n, int n_logits, int n_seq, int capacity) {
+  bool prepare_scratch(int n, int n_logits, int n_seq, int capacity, size_t n_hidden_layers) {
     const ModelConfig& c = config_;
     const size_t rows = static_cast<size_t>(n);
     const size_t f = sizeof(float);
@@ -250,6 +265,10 @@ class CudaModel : public Model {
     grow(logit_rows_, static_cast<size_t>(n_logits) * c.n_embd * f);
     grow(logits_, static_cast<size_t>(n_logits) * c.n_vocab * f);
     grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);
+    if (n_hidden_layers > 0) {
+      grow(hidden_, rows * n_hidden_layers * c.n_embd * f);
+      grow(hidden_host_, rows * n_hidden_layers * c.n_embd * f);
+    }
     // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
     grow(meta_, (6 * rows + n_seq) * sizeof(int32_t));
     grow(meta_host_, (6 * rows + n_seq) * sizeof(int32_t));
@@ -285,7 +304,8 @@ class CudaModel : public Model {
   }
 
   // Every kernel of one pass, on stream_ (captured into a graph or run directly).
-  void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv) {
+  void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv,
+                    const std::vector<int32_t>& hidden_layers) {
     const ModelConfig& c = config_;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* tokens = meta;
@@ -337,6 +357,12 @@ class CudaModel : public Model {
       linear(l.ffn_up, h, n, up);
       silu_mul(gate, up, static_cast<int64_t>(n) * c.n_ff, stream_);
       linear(l.ffn_down, gate, n, h);
+      // The block's output is x + h (the next block's norm adds them): [n, slots, n_embd].
+      for (size_t slot = 0; slot < hidden_layers.size(); ++slot) {
+        if (hidden_layers[slot] != il) continue;
+        store_hidden(x, h, n, c.n_embd, static_cast<int>(slot),
+                     static_cast<int>(hidden_layers.size()), hidden_.get<float>(), stream_);
+      }
     }
     add(x, h, ne, stream_);  // the last block's residual
     // Only the rows whose logits are read go through the LM head.
@@ -358,10 +384,12 @@ class CudaModel : public Model {
   DeviceLinear token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
+  DeviceHeads heads_;
   DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
-  PinnedBuffer logits_host_, meta_host_;
+  DeviceBuffer hidden_;  // [n, hidden layers, n_embd]
+  PinnedBuffer logits_host_, meta_host_, hidden_host_;
   bool use_graphs_ = true;
-  std::map<std::tuple<int, int, const void*>, cudaGraphExec_t> graphs_;
+  std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;
 };
 
 }  // namespace
@@ -379,6 +407,11 @@ Status check_available() {
 
 Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model) {
   return CudaModel::create(std::move(cpu_model));
+}
+
+const DeviceHeads* device_heads(const Model& model) {
+  const auto* cuda_model = dynamic_cast<const CudaModel*>(&model);
+  return cuda_model != nullptr ? &cuda_model->heads() : nullptr;
 }
 
 }  // namespace salvo::cuda

@@ -50,6 +50,10 @@ void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, in
 // out[j] = x[rows[j]]: [n, dim].
 void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float* out,
                  cudaStream_t stream);
+// out[r, slot] = x[r] + h[r] for out [n_rows, n_slots, dim]: a block's output (the residual x
+// plus the block's last h, which the next block's fused add has not added yet) as a hidden state.
+void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
+                  float* out, cudaStream_t stream);
 // out[r] = index of the largest logit of row r (the lowest index on ties).
 void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream);
 
@@ -83,6 +87,9 @@ struct AttentionParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   float scale = 1.0f;
   int window = 0;  // sliding window in positions; 0 = unlimited
+  // Every batch row sees every batch row of its sequence (a DFlash block, non-causal) instead
+  // of only its ancestors; the window must be 0.
+  bool block_visible = false;
   // Scratch: [n_rows, n_head, attention_splits(kv.capacity), 2 + head_dim_v] floats.
   float* partial = nullptr;
 };
@@ -99,5 +106,24 @@ void attention(const AttentionParams& p, cudaStream_t stream);
 void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
                int k_width, int v_width, const int32_t* from, const int32_t* to, int n_moves,
                cudaStream_t stream);
+
+// The DFlash drafter's per-depth candidates (dflash.cu).
+inline constexpr int kMaxTopCandidates = 16;
+// For each row of logits [n_rows, n_vocab]: the k (<= kMaxTopCandidates) largest logits among
+// ids below n_tokens, best first, ties to the lower id, as ids [n_rows, k] and log-probabilities
+// [n_rows, k] (log-softmax over the whole row). Slots beyond n_tokens get id 0 and -inf.
+void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, int k, int32_t* ids,
+                    float* logprobs, cudaStream_t stream);
+// The DFlash adapter for every parent a tree can give a depth's candidates: parent row r is the
+// root (r = 0, children at depth 1) or candidate (r - 1) % k of depth 1 + (r - 1) / k (children
+// one depth deeper). With ah [depths, hidden] (a_h y_d for d = 1..), ae [n_parents, hidden]
+// (a_e E(parent)): a = silu(ah[child depth - 1] + ae), in place in ae.
+void adapter_activation(const float* ah, float* ae, int n_parents, int hidden, int k,
+                        cudaStream_t stream);
+// bu [n_parents, dim] (b a) becomes u = y[child depth] + bu, y [block rows, dim]; then
+// scores[r, i] = u[r] . cand_rows[(child depth - 1) * k + i], cand_rows [depths * k, dim] (the
+// LM head rows of each depth's candidates).
+void adapter_scores(const float* y, float* bu, const float* cand_rows, int n_parents, int dim,
+                    int k, float* scores, cudaStream_t stream);
 
 }  // namespace salvo::cuda

@@ -1,5 +1,5 @@
 // Element-wise and per-row kernels: RMSNorm, RoPE, gated activations, residual add, embedding
-// lookup, row gather and argmax.
+// lookup, row gather, hidden-state capture and argmax.
 #include <cfloat>
 
 #include "backends/cuda/dequant.cuh"
@@ -123,6 +123,15 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int dim,
   for (int i = threadIdx.x; i < dim; i += kThreads) dst[i] = src[i];
 }
 
+__global__ void store_hidden_kernel(const float* x, const float* h, int dim, int slot, int n_slots,
+                                    float* out) {
+  const int64_t r = blockIdx.x;
+  const float* xr = x + r * dim;
+  const float* hr = h + r * dim;
+  float* o = out + (r * n_slots + slot) * dim;
+  for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = xr[i] + hr[i];
+}
+
 __global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out) {
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   float best = -FLT_MAX;
@@ -212,6 +221,14 @@ void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float*
                  cudaStream_t stream) {
   if (n > 0)
     gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, rows, dim, out);
+}
+
+void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
+                  float* out, cudaStream_t stream) {
+  if (n_rows > 0) {
+    store_hidden_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, dim, slot,
+                                                                                n_slots, out);
+  }
 }
 
 void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream) {

@@ -9,4 +9,8 @@ Status check_available() {
 
 Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model>) { return check_available(); }
 
+Expected<std::shared_ptr<const DflashDevice>> dflash_to_device(const DflashModel&, const Model&) {
+  return check_available();
+}
+
 }  // namespace salvo::cuda

@@ -1,0 +1,483 @@
+// The DFlash drafter on the GPU (dflash_runner.h). DeviceDflash holds the drafter's weights on
+// the device (matrices as F16; the adapter's F32, as on the CPU) and the target's device
+// embedding and LM head, which it reads in place. Each sequence's DeviceDflashRunner keeps the
+// drafter's context K/V ([capacity, kv_width] per layer, committed positions first) and runs
+// a draft pass as one captured CUDA graph: the block [root, mask, ...] through the layers
+// (every block row sees the context and the whole block), the LM head on depths 1..B-1, each
+// depth's top candidates and, with an adapter, its scores of those candidates for every parent
+// a tree can give them. The host waits once per draft and copies back a few hundred numbers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "backends/cuda/cuda_model.h"
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/kernels.h"
+#include "quant/fp16.h"
+
+namespace salvo::cuda {
+namespace {
+
+struct DeviceDflashLayer {
+  const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
+  MatmulParams q, k, v, o, gate, up, down;
+};
+
+class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<DeviceDflash> {
+ public:
+  Status upload(const DflashModel& m, const DeviceHeads& heads) {
+    config = m.config();
+    const DflashConfig& c = config;
+    this->heads = heads;
+    if (c.head_dim % 4 != 0 || c.head_dim > 256) {
+      return Status::error("drafter head size " + std::to_string(c.head_dim) +
+                           " does not fit the CUDA attention kernel (a multiple of 4, <= 256)");
+    }
+    if (c.has_adapter() && c.adapter_top_k > kMaxTopCandidates) {
+      return Status::error("drafter adapter top_k " + std::to_string(c.adapter_top_k) +
+                           " exceeds the CUDA runner's " + std::to_string(kMaxTopCandidates));
+    }
+    top_k = std::max(8, c.adapter_top_k);  // 8: the drafter's sibling cap (dflash_drafter.cc)
+    SALVO_RETURN_IF_ERROR(upload_matrix(m.fc(), true, &fc));
+    SALVO_RETURN_IF_ERROR(upload_vector(m.hidden_norm(), &hidden_norm));
+    SALVO_RETURN_IF_ERROR(upload_vector(m.mask_embd(), &mask_embd));
+    SALVO_RETURN_IF_ERROR(upload_vector(m.output_norm(), &output_norm));
+    for (const DflashLayer& l : m.layers()) {
+      DeviceDflashLayer& d = layers.emplace_back();
+      SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, &d.attn_norm));
+      SALVO_RETURN_IF_ERROR(upload_vector(l.q_norm, &d.q_norm));
+      SALVO_RETURN_IF_ERROR(upload_vector(l.k_norm, &d.k_norm));
+      SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, &d.ffn_norm));
+      const std::pair<const WeightView*, MatmulParams*> matrices[] = {
+          {&l.q, &d.q},       {&l.k, &d.k},   {&l.v, &d.v},      {&l.o, &d.o},
+          {&l.gate, &d.gate}, {&l.up, &d.up}, {&l.down, &d.down}};
+      for (const auto& [w, p] : matrices) SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, p));
+    }
+    if (m.has_adapter()) {
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_h(), false, &a_h));
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_e(), false, &a_e));
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_b(), false, &b));
+    }
+    return Status();
+  }
+
+  Expected<std::unique_ptr<DflashRunner>> new_runner() const override;
+
+  DflashConfig config;
+  DeviceHeads heads;
+  int top_k = 0;  // candidates per depth the runner computes
+  MatmulParams fc, a_h, a_e, b;
+  const float *hidden_norm = nullptr, *mask_embd = nullptr, *output_norm = nullptr;
+  std::vector<DeviceDflashLayer> layers;
+
+ private:
+  Status upload_bytes(const void* host, size_t bytes, const void** device) {
+    DeviceBuffer& buf = storage_.emplace_back();
+    SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
+    SALVO_RETURN_IF_ERROR(
+        cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "drafter upload"));
+    *device = buf.get();
+    return Status();
+  }
+  Status upload_vector(const std::vector<float>& v, const float** device) {
+    const void* d = nullptr;
+    SALVO_RETURN_IF_ERROR(upload_bytes(v.data(), v.size() * sizeof(float), &d));
+    *device = static_cast<const float*>(d);
+    return Status();
+  }
+  // F16 matrices go as they are, F32 ones become F16 when `to_f16` (half the bytes per pass).
+  Status upload_matrix(const WeightView& w, bool to_f16, MatmulParams* p) {
+    if (w.n_in % 16 != 0) {
+      return Status::error("drafter matrix with " + std::to_string(w.n_in) +
+                           " columns has no CUDA kernel (a multiple of 16 is needed)");
+    }
+    p->n_out = w.n_out;
+    p->n_in = w.n_in;
+    const size_t n = static_cast<size_t>(w.n_out) * w.n_in;
+    if (w.type == DType::kF16) {
+      p->type = DType::kF16;
+      return upload_bytes(w.data, n * sizeof(uint16_t), &p->w);
+    }
+    if (w.type != DType::kF32) return Status::error("drafter matrices are F16 or F32 in memory");
+    const float* f = static_cast<const float*>(w.data);
+    if (!to_f16) {
+      p->type = DType::kF32;
+      return upload_bytes(f, n * sizeof(float), &p->w);
+    }
+    std::vector<uint16_t> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(f[i]);
+    p->type = DType::kF16;
+    return upload_bytes(h.data(), n * sizeof(uint16_t), &p->w);
+  }
+
+  std::vector<DeviceBuffer> storage_;
+};
+
+class DeviceDflashRunner : public DflashRunner {
+ public:
+  explicit DeviceDflashRunner(std::shared_ptr<const DeviceDflash> d) : d_(std::move(d)) {
+    const char* graphs = std::getenv("SALVO_CUDA_GRAPHS");
+    use_graph_ = graphs == nullptr || std::string(graphs) != "0";
+  }
+  ~DeviceDflashRunner() override {
+    if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+  }
+
+  Status init() {
+    const DflashConfig& c = d_->config;
+    const size_t f = sizeof(float);
+    const size_t B = c.block_size, D = c.max_depth(), K = d_->top_k;
+    const size_t n_parents = 1 + (D - 1) * K;
+    const size_t n_vocab = d_->heads.output.n_out;
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    SALVO_RETURN_IF_ERROR(x_init_.reserve(B * c.n_embd * f));
+    SALVO_RETURN_IF_ERROR(x_.reserve(B * c.n_embd * f));
+    SALVO_RETURN_IF_ERROR(h_.reserve(B * c.n_embd * f));
+    SALVO_RETURN_IF_ERROR(y_.reserve(B * c.n_embd * f));
+    SALVO_RETURN_IF_ERROR(q_.reserve(B * c.n_head * c.head_dim * f));
+    SALVO_RETURN_IF_ERROR(attn_.reserve(B * c.n_head * c.head_dim * f));
+    SALVO_RETURN_IF_ERROR(kb_.reserve(B * c.kv_width() * f));
+    SALVO_RETURN_IF_ERROR(vb_.reserve(B * c.kv_width() * f));
+    SALVO_RETURN_IF_ERROR(gate_.reserve(B * c.n_ff * f));
+    SALVO_RETURN_IF_ERROR(up_.reserve(B * c.n_ff * f));
+    SALVO_RETURN_IF_ERROR(logits_.reserve(D * n_vocab * f));
+    // [root, committed, positions[B], slots[B], seq ids[B], subtree ends[B]]
+    SALVO_RETURN_IF_ERROR(meta_.reserve((2 + 4 * B) * sizeof(int32_t)));
+    SALVO_RETURN_IF_ERROR(meta_host_.reserve((2 + 4 * B) * sizeof(int32_t)));
+    // [root, candidates[D][K]]: the parents of the adapter rows, then the candidates.
+    SALVO_RETURN_IF_ERROR(ids_.reserve((1 + D * K) * sizeof(int32_t)));
+    SALVO_RETURN_IF_ERROR(logprobs_.reserve(D * K * f));
+    if (c.has_adapter()) {
+      const size_t H = c.adapter_hidden;
+      SALVO_RETURN_IF_ERROR(ah_.reserve(D * H * f));
+      SALVO_RETURN_IF_ERROR(ae_.reserve(n_parents * H * f));
+      SALVO_RETURN_IF_ERROR(parent_embd_.reserve(n_parents * c.n_embd * f));
+      SALVO_RETURN_IF_ERROR(bu_.reserve(n_parents * c.n_embd * f));
+      SALVO_RETURN_IF_ERROR(cand_rows_.reserve(D * K * c.n_embd * f));
+      SALVO_RETURN_IF_ERROR(scores_.reserve(n_parents * K * f));
+    }
+    // Host copies: ids, log-probabilities, scores.
+    SALVO_RETURN_IF_ERROR(out_host_.reserve(((1 + D * K) + D * K + n_parents * K) * 4));
+    // The block's input rows 1..B-1 are the mask embedding; row 0 is written per draft.
+    for (size_t j = 1; j < B; ++j) {
+      SALVO_RETURN_IF_ERROR(
+          cuda_status(cudaMemcpy(x_init_.get<float>() + j * c.n_embd, d_->mask_embd, c.n_embd * f,
+                                 cudaMemcpyDeviceToDevice),
+                      "drafter mask rows"));
+    }
+    return ensure_capacity(256);
+  }
+
+  int32_t n_positions() const override { return n_positions_; }
+  int max_width() const override { return d_->top_k; }
+
+  Status observe(int32_t first, int32_t n, const float* features) override {
+    const DflashConfig& c = d_->config;
+    if (first < 0 || first > n_positions_) {
+      return Status::error("drafter context has " + std::to_string(n_positions_) +
+                           " positions; cannot append at " + std::to_string(first));
+    }
+    n_positions_ = first;
+    if (n <= 0) return Status();
+    SALVO_RETURN_IF_ERROR(ensure_capacity(first + n + c.block_size));
+    const size_t f = sizeof(float), rows = n;
+    SALVO_RETURN_IF_ERROR(obs_features_.reserve(rows * c.feature_width() * f));
+    SALVO_RETURN_IF_ERROR(obs_c_.reserve(rows * c.n_embd * f));
+    SALVO_RETURN_IF_ERROR(obs_k_.reserve(rows * c.kv_width() * f));
+    SALVO_RETURN_IF_ERROR(obs_v_.reserve(rows * c.kv_width() * f));
+    SALVO_RETURN_IF_ERROR(obs_meta_.reserve(3 * rows * sizeof(int32_t)));
+    // [positions[n], slots[n], seq ids[n]]: slot i holds position i.
+    std::vector<int32_t> meta(3 * rows, 0);
+    for (int32_t i = 0; i < n; ++i) meta[i] = meta[n + i] = first + i;
+    // Pageable sources: each copy returns once its bytes are staged, so they may go now.
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(obs_features_.get(), features, rows * c.feature_width() * f,
+                                     cudaMemcpyHostToDevice, stream_));
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(obs_meta_.get(), meta.data(), meta.size() * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    const int32_t* positions = obs_meta_.get<int32_t>();
+    const BatchView bv{.n_rows = n,
+                       .seq = positions + 2 * n,
+                       .pos = positions,
+                       .slot = positions + n,
+                       .subtree_end = nullptr,
+                       .committed = nullptr};
+    float* cx = obs_c_.get<float>();
+    // c = RMSNorm(fc F) * hidden_norm: [n, n_embd]; per layer, context K/V skip attn_norm.
+    linear(d_->fc, obs_features_.get<float>(), n, cx);
+    rms_norm(cx, d_->hidden_norm, cx, n, c.n_embd, c.rms_eps, stream_);
+    for (int il = 0; il < c.n_layer; ++il) {
+      const DeviceDflashLayer& l = d_->layers[il];
+      float *k = obs_k_.get<float>(), *v = obs_v_.get<float>();
+      linear(l.k, cx, n, k);
+      linear(l.v, cx, n, v);
+      rms_norm(k, l.k_norm, k, static_cast<int64_t>(n) * c.n_head_kv, c.head_dim, c.rms_eps,
+               stream_);
+      rope(k, positions, n, c.n_head_kv, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
+           stream_);
+      store_kv(bv, layer_view(il), k, v, stream_);
+    }
+    SALVO_CUDA_CHECK(cudaGetLastError());
+    n_positions_ = first + n;
+    return Status();
+  }
+
+  void draft(int32_t root, int depth, int width, int32_t n_tokens,
+             std::vector<Candidates>& depths) override {
+    const DflashConfig& c = d_->config;
+    const int B = c.block_size, D = c.max_depth(), K = d_->top_k;
+    SALVO_CHECK(depth >= 1 && depth <= D && width >= 1 && width <= K);
+    const Status st = ensure_capacity(n_positions_ + B);
+    SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+    int32_t* m = meta_host_.get<int32_t>();
+    m[0] = root;
+    m[1] = n_positions_;
+    for (int j = 0; j < B; ++j) {
+      m[2 + j] = m[2 + B + j] = n_positions_ + j;
+      m[2 + 2 * B + j] = 0;
+      m[2 + 3 * B + j] = B - 1;
+    }
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), m, (2 + 4 * B) * sizeof(int32_t),
+                                     cudaMemcpyHostToDevice, stream_));
+    if (!use_graph_) {
+      enqueue_draft(n_tokens);
+    } else {
+      if (graph_ == nullptr || graph_n_tokens_ != n_tokens) {
+        if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+        cudaGraph_t graph;
+        SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
+        enqueue_draft(n_tokens);
+        SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
+        SALVO_CUDA_CHECK(cudaGraphInstantiate(&graph_, graph, 0));
+        cudaGraphDestroy(graph);
+        graph_n_tokens_ = n_tokens;
+      }
+      SALVO_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+    }
+    const size_t n_ids = 1 + static_cast<size_t>(D) * K, n_lp = static_cast<size_t>(D) * K;
+    const size_t n_scores = c.has_adapter() ? static_cast<size_t>(n_parents()) * K : 0;
+    uint8_t* out = out_host_.get<uint8_t>();
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(out, ids_.get(), n_ids * 4, cudaMemcpyDeviceToHost, stream_));
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(out + n_ids * 4, logprobs_.get(), n_lp * 4,
+                                     cudaMemcpyDeviceToHost, stream_));
+    if (n_scores > 0) {
+      SALVO_CUDA_CHECK(cudaMemcpyAsync(out + (n_ids + n_lp) * 4, scores_.get(), n_scores * 4,
+                                       cudaMemcpyDeviceToHost, stream_));
+    }
+    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    const int32_t* ids = reinterpret_cast<const int32_t*>(out) + 1;
+    const float* logprobs = reinterpret_cast<const float*>(out + n_ids * 4);
+    depths.resize(depth);
+    for (int d = 0; d < depth; ++d) {
+      Candidates& cd = depths[d];
+      cd.tokens.clear();
+      cd.logprobs.clear();
+      for (int i = 0; i < width && logprobs[d * K + i] != -INFINITY; ++i) {
+        cd.tokens.push_back(ids[d * K + i]);
+        cd.logprobs.push_back(logprobs[d * K + i]);
+      }
+    }
+  }
+
+  void adapter_scores(int depth, int32_t prev, std::span<const int32_t> candidates,
+                      float* scores) override {
+    const DflashConfig& c = d_->config;
+    const int D = c.max_depth(), K = d_->top_k;
+    SALVO_CHECK(c.has_adapter() && depth >= 1 && depth <= D &&
+                static_cast<int>(candidates.size()) <= K);
+    const int32_t* ids = out_host_.get<int32_t>() + 1;  // [D][K]
+    const float* all_scores =
+        reinterpret_cast<const float*>(out_host_.get<int32_t>() + 1 + 2 * D * K);
+    int row = 0;  // the parent's row: the root, or its rank among depth - 1's candidates
+    if (depth > 1) {
+      const int32_t* parents = ids + (depth - 2) * K;
+      const int rank = static_cast<int>(std::find(parents, parents + K, prev) - parents);
+      SALVO_CHECK_MSG(rank < K, "adapter parent is not a candidate of the depth above");
+      row = 1 + (depth - 2) * K + rank;
+    }
+    for (size_t i = 0; i < candidates.size(); ++i) {
+      SALVO_CHECK(candidates[i] == ids[(depth - 1) * K + i]);
+      scores[i] = all_scores[static_cast<size_t>(row) * K + i];
+    }
+  }
+
+ private:
+  int n_parents() const { return 1 + (d_->config.max_depth() - 1) * d_->top_k; }
+
+  KvLayerView layer_view(int il) const {
+    const int w = d_->config.kv_width();
+    return {.k = k_[il].get<float>(),
+            .v = v_[il].get<float>(),
+            .capacity = capacity_,
+            .k_width = w,
+            .v_width = w};
+  }
+
+  // Room for `slots` context rows (the committed positions and a block behind them); growing
+  // keeps the held positions and invalidates the captured graph.
+  Status ensure_capacity(int slots) {
+    if (slots <= capacity_) return Status();
+    const DflashConfig& c = d_->config;
+    const int capacity = std::max(slots, 2 * capacity_);
+    const size_t row = static_cast<size_t>(c.kv_width()) * sizeof(float);
+    std::vector<DeviceBuffer> k(c.n_layer), v(c.n_layer);
+    for (int il = 0; il < c.n_layer; ++il) {
+      SALVO_RETURN_IF_ERROR(k[il].reserve(capacity * row));
+      SALVO_RETURN_IF_ERROR(v[il].reserve(capacity * row));
+      if (n_positions_ > 0) {
+        SALVO_CUDA_CHECK(cudaMemcpyAsync(k[il].get(), k_[il].get(), n_positions_ * row,
+                                         cudaMemcpyDeviceToDevice, stream_));
+        SALVO_CUDA_CHECK(cudaMemcpyAsync(v[il].get(), v_[il].get(), n_positions_ * row,
+                                         cudaMemcpyDeviceToDevice, stream_));
+      }
+    }
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamSynchronize(stream_), "drafter context copy"));
+    k_.swap(k);
+    v_.swap(v);
+    capacity_ = capacity;
+    SALVO_RETURN_IF_ERROR(partial_.reserve(static_cast<size_t>(c.block_size) * c.n_head *
+                                           attention_splits(capacity_) * (2 + c.head_dim) *
+                                           sizeof(float)));
+    if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+    graph_ = nullptr;
+    return Status();
+  }
+
+  void linear(const MatmulParams& shape, const float* x, int n, float* y) {
+    MatmulParams p = shape;
+    p.x = x;
+    p.n_rows = n;
+    p.y = y;
+    matmul(p, stream_);
+  }
+
+  // Every kernel of a draft pass (captured into the graph). Reads meta_: root, committed count,
+  // and the block rows' positions, slots, sequence ids and subtree ends.
+  void enqueue_draft(int32_t n_tokens) {
+    const DflashConfig& c = d_->config;
+    const int B = c.block_size, D = c.max_depth(), K = d_->top_k, ne = c.n_embd;
+    const int32_t* meta = meta_.get<int32_t>();
+    const int32_t* positions = meta + 2;
+    const BatchView bv{.n_rows = B,
+                       .seq = meta + 2 + 2 * B,
+                       .pos = positions,
+                       .slot = meta + 2 + B,
+                       .subtree_end = meta + 2 + 3 * B,
+                       .committed = meta + 1};
+    float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = kb_.get<float>(),
+          *v = vb_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
+          *up = up_.get<float>(), *y = y_.get<float>();
+    // x: [B, n_embd] = [E(root), mask, ..., mask]
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(x, x_init_.get(), static_cast<size_t>(B) * ne * sizeof(float),
+                                     cudaMemcpyDeviceToDevice, stream_));
+    embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, meta, 1, x, stream_);
+    for (int il = 0; il < c.n_layer; ++il) {
+      const DeviceDflashLayer& l = d_->layers[il];
+      rms_norm(x, l.attn_norm, h, B, ne, c.rms_eps, stream_);
+      linear(l.q, h, B, q);  // [B, n_head * head_dim]
+      linear(l.k, h, B, k);  // [B, n_head_kv * head_dim]
+      linear(l.v, h, B, v);
+      rms_norm(q, l.q_norm, q, static_cast<int64_t>(B) * c.n_head, c.head_dim, c.rms_eps, stream_);
+      rms_norm(k, l.k_norm, k, static_cast<int64_t>(B) * c.n_head_kv, c.head_dim, c.rms_eps,
+               stream_);
+      rope(q, positions, B, c.n_head, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
+           stream_);
+      rope(k, positions, B, c.n_head_kv, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
+           stream_);
+      // The block's K/V sit behind the context (overwritten by the next observe).
+      const KvLayerView kvl = layer_view(il);
+      store_kv(bv, kvl, k, v, stream_);
+      attention({.batch = bv,
+                 .kv = kvl,
+                 .q = q,
+                 .out = attn,
+                 .n_head = c.n_head,
+                 .n_head_kv = c.n_head_kv,
+                 .head_dim = c.head_dim,
+                 .head_dim_v = c.head_dim,
+                 .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
+                 .window = 0,
+                 .block_visible = true,
+                 .partial = partial_.get<float>()},
+                stream_);
+      linear(l.o, attn, B, h);
+      add_rms_norm(x, h, l.ffn_norm, h, B, ne, c.rms_eps, stream_);  // x += attention
+      linear(l.gate, h, B, gate);
+      linear(l.up, h, B, up);
+      silu_mul(gate, up, static_cast<int64_t>(B) * c.n_ff, stream_);
+      linear(l.down, gate, B, h);
+      add(x, h, static_cast<int64_t>(B) * ne, stream_);
+    }
+    rms_norm(x, d_->output_norm, y, B, ne, c.rms_eps, stream_);  // y: [B, n_embd]
+    // Depths 1..D: the LM head reads its weights once for all D rows.
+    linear(d_->heads.output, y + ne, D, logits_.get<float>());
+    int32_t* ids = ids_.get<int32_t>();  // [root, candidates[D][K]]
+    top_candidates(logits_.get<float>(), D, static_cast<int>(d_->heads.output.n_out), n_tokens, K,
+                   ids + 1, logprobs_.get<float>(), stream_);
+    if (c.has_adapter()) {
+      // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
+      // 1..D-1's candidates, which are contiguous behind it in ids), scored against the child
+      // depth's candidates' LM head rows.
+      const int R = n_parents(), H = c.adapter_hidden;
+      SALVO_CUDA_CHECK(
+          cudaMemcpyAsync(ids, meta, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
+      embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, ids, R,
+            parent_embd_.get<float>(), stream_);
+      linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>());
+      linear(d_->a_h, y + ne, D, ah_.get<float>());
+      adapter_activation(ah_.get<float>(), ae_.get<float>(), R, H, K, stream_);
+      linear(d_->b, ae_.get<float>(), R, bu_.get<float>());
+      embed(d_->heads.output.type, d_->heads.output.w, ne, ids + 1, D * K, cand_rows_.get<float>(),
+            stream_);
+      ::salvo::cuda::adapter_scores(y, bu_.get<float>(), cand_rows_.get<float>(), R, ne, K,
+                                    scores_.get<float>(), stream_);
+    }
+    SALVO_CUDA_CHECK(cudaGetLastError());
+  }
+
+  std::shared_ptr<const DeviceDflash> d_;
+  cudaStream_t stream_ = nullptr;
+  bool use_graph_ = true;
+  cudaGraphExec_t graph_ = nullptr;
+  int32_t graph_n_tokens_ = -1;
+  int32_t n_positions_ = 0;
+  int capacity_ = 0;
+  std::vector<DeviceBuffer> k_, v_;  // per layer: [capacity, kv_width]
+  DeviceBuffer partial_;
+  // The draft pass.
+  DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
+      logprobs_;
+  DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
+  PinnedBuffer meta_host_, out_host_;
+  // observe().
+  DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_;
+};
+
+Expected<std::unique_ptr<DflashRunner>> DeviceDflash::new_runner() const {
+  auto runner = std::make_unique<DeviceDflashRunner>(shared_from_this());
+  SALVO_RETURN_IF_ERROR(runner->init());
+  return std::unique_ptr<DflashRunner>(std::move(runner));
+}
+
+}  // namespace
+
+Expected<std::shared_ptr<const DflashDevice>> dflash_to_device(const DflashModel& drafter,
+                                                               const Model& target) {
+  const DeviceHeads* heads = device_heads(target);
+  if (heads == nullptr) {
+    return Status::error("the DFlash drafter runs on CUDA only beside a target placed there");
+  }
+  auto device = std::make_shared<DeviceDflash>();
+  SALVO_RETURN_IF_ERROR(device->upload(drafter, *heads));
+  return std::shared_ptr<const DflashDevice>(std::move(device));
+}
+
+}  // namespace salvo::cuda
