@@ -41,14 +41,18 @@ def sha256_of(path):
 
 def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
     """Greedy answers, prompts sorted by length; a batch holds at most `batch` rows and, when tokens
-    > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)): long prompts get fewer rows."""
+    > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)) and tokens/4 prefill
+    positions (rows x longest prompt): long prompts get fewer rows."""
     order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]["ids"]))
     out = [None] * len(prompts)
     s = 0
     while s < len(order):
         e = s + 1
-        while e < len(order) and e - s < batch and \
-                (not tokens or (e - s + 1) * (len(prompts[order[e]]["ids"]) + max_new) <= tokens):
+        while e < len(order) and e - s < batch:
+            P = len(prompts[order[e]]["ids"])
+            # KV positions, and prefill rows x P (the MLP's activations) at a quarter of that
+            if tokens and ((e - s + 1) * (P + max_new) > tokens or (e - s + 1) * P > tokens // 4):
+                break
             e += 1
         idx = order[s:e]
         gen = tg.generate([prompts[i]["ids"] for i in idx], max_new, eos)
