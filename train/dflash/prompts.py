@@ -1,130 +1,235 @@
-"""Training prompts for DFlash drafters: templates x topic lists, four categories.
+"""Training prompts for DFlash drafters, four categories, built from local sources (sources.py),
+math generators (mathgen.py) and hand-written lists (topics.py).
 
-Generated here, never copied from bench/prompts.jsonl (the held-out benchmark). Deterministic for a
-seed, so the same command always yields the same prompt set.
+Deterministic for a seed on a given machine. Held out by SOURCE: every stdlib module, Debian
+package, document, topic word and math generator is either a training group or a held-out group
+(stable hash of the group name, plus mathgen.HELDOUT), so held-out prompts never share their
+snippet, topic or problem type with a training prompt, only the task phrasing. Prompts containing
+a benchmark prompt's text are dropped (make_data.py passes them in).
 """
 
 import random
+import re
 
-LANGS = ["Python", "C++", "Rust", "Go", "JavaScript", "TypeScript", "Java", "C", "Bash", "SQL"]
-CODE_TASKS = [
-    "reverses a singly linked list", "parses a CSV line with quoted fields", "computes the nth Fibonacci number iteratively",
-    "checks whether a string is a palindrome", "merges two sorted arrays", "implements binary search",
-    "counts word frequencies in a text", "implements an LRU cache", "validates an email address",
-    "flattens a nested list", "computes the GCD of two integers", "converts a Roman numeral to an integer",
-    "finds the longest common prefix of a list of strings", "implements a stack with a min() query",
-    "rotates a matrix by 90 degrees", "removes duplicates from a sorted array", "implements quicksort",
-    "reads a file and prints the number of lines", "computes a moving average over a window",
-    "checks if a number is prime", "implements breadth-first search on a graph", "transposes a matrix",
-    "formats a number with thousands separators", "implements a simple tokenizer for arithmetic expressions",
-    "finds the k largest elements", "serializes a binary tree to a string", "debounces a function call",
-    "implements a ring buffer", "computes the Levenshtein distance", "groups anagrams together",
-    "parses command-line flags", "implements a thread-safe counter", "computes the median of a stream",
-    "validates balanced parentheses", "converts Celsius to Fahrenheit for a table of values",
-    "implements matrix multiplication", "finds all permutations of a string", "implements a trie",
-    "implements Dijkstra's shortest path", "retries an HTTP request with exponential backoff",
-]
-CODE_TEMPLATES = [
-    "Write a {lang} function that {task}.",
-    "Implement code in {lang} that {task}. Include a short example of its use.",
-    "Show me a {lang} program that {task}, with comments.",
-    "How would I write something in {lang} that {task}? Explain briefly, then give the code.",
-    "Write unit tests in {lang} for a function that {task}.",
-    "Explain step by step how an algorithm that {task} works, then write it in {lang}.",
-]
-MATH_ITEMS = [
-    "A store sells pencils at {a} cents each. How much do {b} pencils cost in dollars?",
-    "Tom has {a} apples and gives away {b}. He then buys {c} more. How many apples does he have?",
-    "What is {a} times {b}, minus {c}? Show your work.",
-    "A train travels at {a} km/h for {b} hours. How far does it go?",
-    "Compute the sum of all integers from 1 to {a}.",
-    "A rectangle is {a} cm long and {b} cm wide. What are its area and perimeter?",
-    "If {a} workers build a wall in {b} days, how long do {c} workers take?",
-    "What is {a}% of {b}?",
-    "Solve for x: {a}x + {b} = {c}.",
-    "A recipe needs {a} grams of flour for {b} cookies. How much flour for {c} cookies?",
-    "Is {a} divisible by {b}? Explain.",
-    "What is the average of {a}, {b} and {c}?",
-    "A car uses {a} liters of fuel per 100 km. How much fuel for {b} km?",
-    "Convert {a} minutes into hours and minutes.",
-    "Find the least common multiple of {a} and {b}.",
-]
-CHAT_TOPICS = [
-    "photosynthesis", "how vaccines work", "the water cycle", "black holes", "inflation in economics",
-    "the causes of World War I", "how a CPU cache works", "public key cryptography", "the French Revolution",
-    "machine learning overfitting", "how to make bread", "time management", "the theory of evolution",
-    "plate tectonics", "how the internet routes packets", "the difference between weather and climate",
-    "how compilers work", "the rules of chess", "meditation", "how to learn a new language",
-    "the immune system", "renewable energy", "the history of the printing press", "quantum entanglement",
-    "supply and demand", "sleep and memory", "how git branches work", "the Roman Empire", "volcanoes",
-    "how databases index data", "healthy eating", "the stock market", "electric cars", "coral reefs",
-    "how airplanes fly", "garbage collection in programming languages", "the moon landing", "recycling",
-    "the human heart", "how to write a good resume", "how batteries store energy", "the Silk Road",
-    "why the sky is blue", "how bees communicate", "the basics of personal finance", "jet lag",
-    "how search engines rank pages", "the Renaissance", "antibiotic resistance", "how to give feedback",
-    "the rise of smartphones", "earthquakes", "how muscles grow", "the history of jazz", "desert ecosystems",
-    "how GPS works", "the Industrial Revolution", "habits and motivation", "how tides work", "minimalism",
-    "open source software", "the solar system", "caffeine", "how elections work", "rainforests",
-]
-CHAT_TEMPLATES = [
-    "Explain {topic} to a ten-year-old.", "Give me a short overview of {topic}.",
-    "What are three common misconceptions about {topic}?", "Write a short paragraph about {topic}.",
-    "Summarize the key ideas of {topic} in a bulleted list.", "Why does {topic} matter? Answer briefly.",
-    "Write a haiku and then a short explanation about {topic}.", "What questions should a beginner ask about {topic}?",
-    "I keep hearing about {topic}. What is it, in plain words?", "Write a short blog post introduction about {topic}.",
-    "Compare two different views on {topic}.", "Give me five fun facts about {topic}.",
-    "How would you teach {topic} in a 30-minute class?", "What is the history behind {topic}?",
-]
-EDIT_TEXTS = [
-    "The quick brown fox jumps over the lazy dog. It was a sunny day and everyone was happy.",
-    "def add(a, b):\n    return a+b\n\nprint(add(2,3))",
-    "Dear team, the meeting is moved to thursday at 3pm. please bring you're laptops. thanks, Anna",
-    "for (int i = 0; i < n; i++) {\n  sum += values[i];\n}\nprintf(\"%d\", sum);",
-    "Our product is very good and it is very fast and it is very cheap and people like it very much.",
-    "SELECT name, age FROM users WHERE age > 30 ORDER BY name;",
-    "function greet(name) { console.log('Hello ' + name) }",
-    "I has went to the store yesterday and buyed three apple and a bread.",
-    "The results shows that the new method are more accurate then the old one in most case.",
-    "x = [1, 2, 3]\nfor i in range(len(x)):\n    print(x[i] * 2)",
-    "Meeting notes: budget approved. hiring paused. next review in march. Bob to send report.",
-    "Customer wrote: the package arrived late and the box was damaged, I want a refund or a replacement.",
-    "let total = 0; for (const item of cart) { total = total + item.price * item.qty } return total",
-    "Step 1 open the lid. Step 2 pour water. step 3 close lid and press the button wait five minute.",
-    "class Account:\n    def __init__(self):\n        self.b = 0\n    def dep(self, x):\n        self.b += x",
-    "Our quarterly revenue grew 12 percent, driven by new customers in Europe, while costs stayed flat.",
-    "if (x > 0) { if (y > 0) { return 1; } else { return 2; } } else { return 3; }",
-    "Hi John, just checking in about the report. Can you send it by friday? Let me know if you need help.",
-    "struct Point { int x; int y; };\nint dist2(Point a, Point b) { return (a.x-b.x)*(a.x-b.x)+(a.y-b.y)*(a.y-b.y); }",
-]
-EDIT_TEMPLATES = [
-    "Fix the grammar and spelling in the following text:\n\n{text}",
-    "Rewrite the following to be more concise:\n\n{text}",
-    "Translate the following into French:\n\n{text}",
-    "Convert the following into a bulleted list:\n\n{text}",
-    "Rename the variables in this snippet to be more descriptive and return the full snippet:\n\n{text}",
-    "Add comments to the following:\n\n{text}",
-    "Rewrite the following in a formal tone:\n\n{text}",
-    "Port the following code to Python, or if it is already Python, to JavaScript:\n\n{text}",
-    "Summarize the following in one sentence:\n\n{text}",
-    "Rewrite the following so that a child can understand it:\n\n{text}",
-    "Find any mistakes in the following and list them:\n\n{text}",
-    "Make the following friendlier:\n\n{text}",
-]
+import mathgen
+import topics as T
+from sources import gather, stable_hash
+
+HELDOUT_PCT = 10  # % of source groups reserved for held-out prompts
+CATS = ("code", "math", "chat", "edit")
 
 
-def make_prompts(n, seed):
-    """Returns n (category, user message) pairs, balanced over the four categories."""
-    rng = random.Random(seed)
-    out = []
-    for i in range(n):
-        cat = ["code", "math", "chat", "edit"][i % 4]
-        if cat == "code":
-            msg = rng.choice(CODE_TEMPLATES).format(lang=rng.choice(LANGS), task=rng.choice(CODE_TASKS))
-        elif cat == "math":
-            msg = rng.choice(MATH_ITEMS).format(a=rng.randint(2, 99), b=rng.randint(2, 60), c=rng.randint(2, 40))
-        elif cat == "chat":
-            msg = rng.choice(CHAT_TEMPLATES).format(topic=rng.choice(CHAT_TOPICS))
-        else:
-            msg = rng.choice(EDIT_TEMPLATES).format(text=rng.choice(EDIT_TEXTS))
-        out.append((cat, msg))
+def _lc(s):
+    s = s.rstrip(".").strip()
+    return s[:1].lower() + s[1:] if s[1:2].islower() or len(s) < 2 else s
+
+
+def _snippet_ok(item, max_chars=1500):
+    n = item["code"].count("\n") + 1
+    return 5 <= n <= 40 and len(item["code"]) <= max_chars
+
+
+def _plant_bug(code, rng):
+    """A one-token mistake (operator, off-by-one, wrong constant); None when nothing fits."""
+    muts = [(r" < ", " <= "), (r" <= ", " < "), (r" > ", " >= "), (r" == ", " != "), (r" != ", " == "),
+            (r" \+ 1\b", " - 1"), (r" - 1\b", " + 1"), (r"\band\b", "or"), (r"\bTrue\b", "False"), (r"\[0\]", "[1]"),
+            (r"\[-1\]", "[0]"), (r" \+= ", " -= ")]
+    rng.shuffle(muts)
+    body = code.split('"""')[-1] if code.count('"""') >= 2 else code
+    for pat, rep in muts:
+        hits = list(re.finditer(pat, body))
+        if hits:
+            m = rng.choice(hits)
+            off = len(code) - len(body)
+            return code[:off + m.start()] + rep + code[off + m.end():]
+    return None
+
+
+def _typos(text, rng):
+    words = text.split(" ")
+    for _ in range(max(2, len(words) // 25)):
+        i = rng.randrange(len(words))
+        w = words[i]
+        if len(w) > 3 and w.isalpha():
+            j = rng.randrange(len(w) - 1)
+            words[i] = w[:j] + w[j + 1] + w[j] + w[j + 2:] if rng.random() < 0.6 else w[:j] + w[j + 1:]
+    out = " ".join(words)
+    for a, b in (("their", "there"), ("its", "it's"), (" than ", " then "), ("were", "was")):
+        if a in out and rng.random() < 0.5:
+            out = out.replace(a, b, 1)
     return out
+
+
+def _record(rng, words):
+    keys = rng.sample(["name", "id", "email", "city", "tags", "active", "score", "owner", "version", "created",
+                       "price", "items", "port", "host", "timeout", "retries", "color", "size", "notes"], rng.randint(3, 7))
+    rec = {}
+    for k in keys:
+        r = rng.random()
+        rec[k] = (rng.randint(0, 9999) if r < 0.3 else rng.choice([True, False]) if r < 0.4 else
+                  [rng.choice(words) for _ in range(rng.randint(1, 4))] if r < 0.6 else rng.choice(words))
+    return rec
+
+
+def _data_edit(rng, pool):
+    import json
+    words = pool["words"] or ["alpha", "beta", "gamma"]
+    rec = _record(rng, words)
+    rows = [_record(random.Random(rng.random()), words) for _ in range(rng.randint(2, 5))]
+    cols = sorted(set(rows[0]))
+    csv = "\n".join([",".join(cols)] + [",".join(str(r.get(c, "")).replace(",", ";") for c in cols) for r in rows])
+    return rng.choice([f"Convert this JSON to YAML:\n\n{json.dumps(rec)}", f"Convert this JSON to TOML:\n\n{json.dumps(rec, indent=2)}",
+                       f"Turn this CSV into a Markdown table:\n\n{csv}", f"Convert this CSV into a JSON array of objects:\n\n{csv}",
+                       f"Rewrite this JSON with the keys sorted and two-space indentation:\n\n{json.dumps(rec)}",
+                       f"Convert this JSON object into XML:\n\n{json.dumps(rec)}",
+                       f"Sort these lines alphabetically and remove duplicates:\n\n" + "\n".join(rng.choice(words) for _ in range(8))])
+
+
+def _sql(rng, pool):
+    words = [w for w in pool["words"] if w.isalpha() and not w.endswith("s")] or ["item", "order", "user"]
+    t1, t2 = rng.sample(words, 2)
+    c1 = rng.sample(["name", "title", "price", "quantity", "created_at", "status", "rating", "city", "amount"], 3)
+    schema = f"{t1}s(id, {', '.join(c1)}) and {t2}s(id, {t1}_id, {rng.choice(['amount', 'score', 'weight', 'duration'])})"
+    q = rng.choice([f"the number of {t2}s per {t1}", f"the {t1}s without any {t2}", f"the average {c1[0]} per {c1[1]}",
+                    f"the top 3 {t1}s by total {t2} amount", f"each {t1} with its latest {t2}", f"duplicate {c1[0]} values",
+                    f"a running total of {t2} amounts ordered by id", f"the {t1}s whose {c1[2]} is above the average"])
+    return rng.choice([f"Write a SQL query over the tables {schema} that returns {q}.",
+                       f"Given tables {schema}, how do I get {q} in SQL? Explain the query.",
+                       f"Write the CREATE TABLE statements for {schema}, with keys and an index, then a query for {q}."])
+
+
+def code_prompt(rng, pool):
+    k = rng.random()
+    lang = rng.choice(T.LANGS)
+    if k < 0.28 and pool["py"]:
+        it = rng.choice(pool["py"])
+        if it["kind"] == "class":
+            return rng.choice(T.CLASS_FORMS).format(lang=lang, name=it["name"], doc=it["doc"])
+        return rng.choice(T.DOC_FORMS).format(lang=lang, name=it["name"], args=", ".join(it["args"]), doc=it["doc"],
+                                              module=it["module"])
+    if k < 0.5 and pool["snippets"]:
+        it = rng.choice(pool["snippets"])
+        if rng.random() < 0.2:
+            bug = _plant_bug(it["code"], rng)
+            if bug:
+                return rng.choice(T.FIX_CODE).format(code=bug)
+        if rng.random() < 0.2 and it["code"].count('"""') >= 2:  # complete: signature + docstring only
+            head = it["code"].split('"""')
+            return f"Complete this function:\n\n{head[0]}\"\"\"{head[1]}\"\"\"\n"
+        return rng.choice(T.SNIPPET_FORMS).format(code=it["code"], lang=lang)
+    if k < 0.7:
+        return rng.choice(T.CODE_FORMS).format(lang=lang, task=rng.choice(pool["tasks"]))
+    if k < 0.82 and pool["pkgs"]:
+        p = rng.choice(pool["pkgs"])
+        return rng.choice(T.PKG_CODE_FORMS).format(lang=lang, name=p["name"], syn=p["synopsis"], syn_lc=_lc(p["synopsis"]))
+    if k < 0.92:
+        return _sql(rng, pool)
+    task = rng.choice(pool["shell"])
+    return rng.choice([f"Give me a shell one-liner to {task}.", f"Write a bash script to {task}.",
+                       f"How do I {task} on Linux? Show the command and explain it."])
+
+
+def math_prompt(rng, pool):
+    return mathgen.GENERATORS[rng.choice(pool["math"])](rng)
+
+
+def chat_prompt(rng, pool):
+    k = rng.random()
+    tops = pool["topics"]
+    if k < 0.5:
+        return rng.choice(T.CHAT_FORMS).format(t=rng.choice(tops))
+    if k < 0.6:
+        a, b = rng.sample(tops, 2)
+        return rng.choice(T.COMPARE_FORMS).format(a=a, b=b)
+    if k < 0.72:
+        return rng.choice(T.ADVICE_FORMS).format(p=rng.choice(T.PEOPLE), s=rng.choice(T.SITUATIONS))
+    if k < 0.86 and pool["pkgs"]:
+        p = rng.choice(pool["pkgs"])
+        return rng.choice(T.PKG_CHAT_FORMS).format(name=p["name"], syn=p["synopsis"], syn_lc=_lc(p["synopsis"]))
+    it = rng.choice(pool["py"])
+    return rng.choice(T.PY_CHAT_FORMS).format(module=it["module"], name=it["name"], doc=it["doc"])
+
+
+def edit_prompt(rng, pool):
+    k = rng.random()
+    if k < 0.4 and pool["snippets"]:
+        it = rng.choice(pool["snippets"])
+        code = it["code"]
+        r = rng.random()
+        names = [n for n in it["locals"] if re.search(rf"\b{re.escape(n)}\b", code)]
+        if r < 0.25 and names:
+            old = rng.choice(names)
+            new = rng.choice(["value", "result", "item", "count", "data", "current", "total", "buffer", "entry"])
+            new = new if new not in names else new + "_" + old
+            return rng.choice([f"Rename the variable `{old}` to `{new}` in this code and return the whole code:\n\n{code}",
+                               f"In the following code, rename `{old}` to `{new}` everywhere:\n\n{code}"])
+        if r < 0.45:
+            bug = _plant_bug(code, rng)
+            if bug:
+                return rng.choice(T.FIX_CODE).format(code=bug)
+        return rng.choice(T.CODE_EDITS).format(code=code, lang=rng.choice(T.LANGS[6:]))
+    if k < 0.8 and pool["paras"]:
+        text = rng.choice(pool["paras"])["text"]
+        if rng.random() < 0.25:
+            return rng.choice(T.FIX_TEXT).format(text=_typos(text, rng))
+        return rng.choice(T.PROSE_EDITS).format(text=text, human=rng.choice(T.TRANSLATE_TO))
+    if k < 0.9 and pool["pkgs"]:
+        p = rng.choice([p for p in pool["pkgs"][:2000] if p["long"]] or pool["pkgs"])
+        return rng.choice(T.PROSE_EDITS).format(text=p["synopsis"] + ". " + p["long"][:900], human=rng.choice(T.TRANSLATE_TO))
+    return _data_edit(rng, pool)
+
+
+GEN = {"code": code_prompt, "math": math_prompt, "chat": chat_prompt, "edit": edit_prompt}
+
+
+def split_pools(src):
+    """Two pools of sources (train, heldout), disjoint by group."""
+    ho = lambda g: stable_hash(g) % 100 < HELDOUT_PCT
+    pools = {"train": {}, "heldout": {}}
+    lists = {"py": src["py"], "pkgs": src["pkgs"], "paras": src["paras"],
+             "words": [{"group": "w:" + w, "w": w} for w in src["words"]],
+             "tasks": [{"group": "task:" + t, "w": t} for t in T.GENERIC_TASKS],
+             "shell": [{"group": "sh:" + t, "w": t} for t in T.SHELL_TASKS],
+             "topics": [{"group": "t:" + t, "w": t} for t in T.GENERAL_TOPICS]}
+    for name, items in lists.items():
+        for split in pools:
+            sel = [i for i in items if ho(i["group"]) == (split == "heldout")]
+            pools[split][name] = [i["w"] for i in sel] if items and "w" in items[0] else sel
+    for split, p in pools.items():
+        p["snippets"] = [i for i in p["py"] if i["code"] and _snippet_ok(i)]
+        p["topics"] = p["topics"] * 4 + p["words"]  # everyday topics weigh more than the prose-derived words
+        p["math"] = [g for g in mathgen.GENERATORS if (g in mathgen.HELDOUT) == (split == "heldout")]
+    return pools
+
+
+def make_prompts(n, seed, n_heldout=0, weights=(0.25, 0.25, 0.25, 0.25), exclude=(), src=None):
+    """n training + n_heldout held-out prompts: dicts {cat, msg, split}, unique, none containing or
+    contained in a text of `exclude` (the benchmark prompts)."""
+    src = src or gather()
+    pools = split_pools(src)
+    excl = [re.sub(r"\s+", " ", e).strip().lower() for e in exclude]
+    seen, out = set(), []
+    for split, count in (("train", n), ("heldout", n_heldout)):
+        rng = random.Random(f"{seed}:{split}")
+        cum = [sum(weights[:i + 1]) / sum(weights) for i in range(len(CATS))]
+        for i in range(count):
+            u = (i + 0.5) / count  # stratified: the categories' shares are exact for any count
+            cat = CATS[min(j for j, c in enumerate(cum) if u <= c + 1e-12)]
+            for _ in range(50):
+                msg = GEN[cat](rng, pools[split]).strip()
+                norm = re.sub(r"\s+", " ", msg).lower()
+                if msg not in seen and not any(e in norm or norm in e for e in excl):
+                    break
+            else:
+                continue
+            seen.add(msg)
+            out.append({"cat": cat, "msg": msg, "split": split})
+    random.Random(seed).shuffle(out)
+    return out
+
+
+if __name__ == "__main__":
+    import sys
+    ps = make_prompts(int(sys.argv[1]) if len(sys.argv) > 1 else 40, 0, 8)
+    for p in ps:
+        print(f"--- {p['cat']} {p['split']}\n{p['msg']}")

@@ -159,7 +159,8 @@ class Target(torch.nn.Module):
         vc = [torch.zeros_like(k) for k in kc]
         eos_t = torch.tensor(eos, device=dev)
         done = torch.zeros(N, dtype=torch.bool, device=dev)
-        new = []
+        out = torch.zeros(N, max_new, dtype=torch.long, device=dev)
+        rows = torch.arange(N, device=dev)  # original row of each live row
         cur_ids, cur_pos, start = ids, pos, 0
         for step in range(max_new):
             T = cur_ids.shape[1]
@@ -172,24 +173,35 @@ class Target(torch.nn.Module):
             for i, L in enumerate(self.layers):
                 h = rms(x, L["an"], hp.rms_eps)
                 q, k, v = self._attn_proj(L, h)
-                q = self.rope(q.view(N, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
-                kc[i][:, :, start:start + T] = self.rope(k.view(N, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
-                vc[i][:, :, start:start + T] = v.view(N, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+                n = x.shape[0]
+                q = self.rope(q.view(n, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
+                kc[i][:, :, start:start + T] = self.rope(k.view(n, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
+                vc[i][:, :, start:start + T] = v.view(n, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
                 a = F.scaled_dot_product_attention(q, kc[i][:, :, :start + T], vc[i][:, :, :start + T],
                                                    attn_mask=mask, enable_gqa=True)
-                x = x + a.transpose(1, 2).reshape(N, T, -1) @ L["o"].T
+                x = x + a.transpose(1, 2).reshape(n, T, -1) @ L["o"].T
                 h = rms(x, L["fn"], hp.rms_eps)
                 x = x + (F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["d"].T
             y = rms(x[:, -1], self.out_norm, hp.rms_eps)
             nxt = (y @ self.lm_head.T).float().argmax(-1)
-            new.append(torch.where(done, torch.zeros_like(nxt), nxt))
+            out[rows, step] = torch.where(done, torch.zeros_like(nxt), nxt)
             done = done | torch.isin(nxt, eos_t)
-            if bool(done.all()) or step == max_new - 1:
+            if step == max_new - 1:
                 break
             start += T
             cur_ids = nxt[:, None]
             cur_pos = cur_pos[:, -1:] + 1
-        out = torch.stack(new, 1).tolist()
+            if step % 16 == 15:  # drop finished rows: the longest answers no longer drag the whole batch
+                n_done = int(done.sum())
+                if n_done == len(rows):
+                    break
+                if n_done * 4 >= len(rows):
+                    keep = (~done).nonzero()[:, 0]
+                    kc = [k[keep] for k in kc]
+                    vc = [v[keep] for v in vc]
+                    valid, rows, done = valid[keep], rows[keep], done[keep]
+                    cur_ids, cur_pos = cur_ids[keep], cur_pos[keep]
+        out = out.tolist()
         res = []
         for row in out:
             cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
