@@ -9,7 +9,7 @@
 //     launches cycle through copies of the weights holding >= 2x the L2), weight GB/s, and the
 //     ratio to rows = 1; then a whole-layer estimate for the 7B shape.
 //
-//   cuda_matmul_bench [--variant float|mma] [--type Q4_K] [--model 1.5b|7b] [--reps 30]
+//   cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b] [--reps 30]
 //                     [--no-time] [--no-check]
 // Exits 1 when any check fails.
 #include <cuda_fp16.h>
@@ -47,9 +47,10 @@ struct Shape {
   int n_out, n_in;
 };
 constexpr Shape kShapes[] = {
-    {"1.5b", "q/o", 1536, 1536},     {"1.5b", "k/v", 256, 1536},   {"1.5b", "gate/up", 8960, 1536},
-    {"1.5b", "down", 1536, 8960},    {"1.5b", "lm_head", 151936, 1536},
-    {"7b", "q/o", 3584, 3584},       {"7b", "k/v", 512, 3584},     {"7b", "gate/up", 18944, 3584},
+    {"1.5b", "q/o", 1536, 1536},       {"1.5b", "k/v", 256, 1536},
+    {"1.5b", "gate/up", 8960, 1536},   {"1.5b", "down", 1536, 8960},
+    {"1.5b", "lm_head", 151936, 1536}, {"7b", "q/o", 3584, 3584},
+    {"7b", "k/v", 512, 3584},          {"7b", "gate/up", 18944, 3584},
     {"7b", "down", 3584, 18944},
 };
 constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
@@ -61,7 +62,7 @@ constexpr int kSampled = 128;  // output rows checked against the CPU reference
 double nmse_bound(cuda::MatmulVariant v) {
   // float: fp32 sums of up to 18944 products. mma: the int8 activations (q8_1) add a relative
   // error of about 3e-5 per dot.
-  return v == cuda::MatmulVariant::kMma ? 5e-4 : 1e-8;
+  return cuda::variant_takes_q8(v) ? 5e-4 : 1e-8;
 }
 
 __device__ uint64_t mix(uint64_t z) {
@@ -75,8 +76,7 @@ __device__ float unit(uint64_t h) { return static_cast<float>(h >> 40) / 1677721
 // Random bytes, then sane fp16 scales (the layout of bench/kernels_bench.cc random_blocks and
 // tests/cuda/cuda_ops_test.cc random_weights): every block's d in [0.01, 0.1] (Q6_K: x0.01),
 // Q4_1's m and the k-quants' dmin likewise; F16/BF16 elements uniform in [-1, 1].
-__global__ void fill_weights(uint8_t* w, size_t bytes, DType type, int block_bytes,
-                             uint64_t seed) {
+__global__ void fill_weights(uint8_t* w, size_t bytes, DType type, int block_bytes, uint64_t seed) {
   const size_t i = static_cast<size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (type == DType::kF16 || type == DType::kBF16) {
     if (2 * i + 1 >= bytes) return;
@@ -112,7 +112,7 @@ __global__ void fill_weights(uint8_t* w, size_t bytes, DType type, int block_byt
 
 struct Options {
   std::vector<cuda::MatmulVariant> variants = {cuda::MatmulVariant::kFloat,
-                                               cuda::MatmulVariant::kMma};
+                                               cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8};
   std::string type, model;
   int reps = 30;
   bool time = true, check = true;
@@ -162,7 +162,8 @@ class Bench {
     fill_weights<<<static_cast<unsigned>((threads + 255) / 256), 256>>>(w, bytes, type, bb,
                                                                         0x5A17 + s.n_out);
     CK(cudaGetLastError());
-    for (int c = 1; c < copies; ++c) CK(cudaMemcpy(w + c * bytes, w, bytes, cudaMemcpyDeviceToDevice));
+    for (int c = 1; c < copies; ++c)
+      CK(cudaMemcpy(w + c * bytes, w, bytes, cudaMemcpyDeviceToDevice));
 
     // Activations: kMaxRows rows, normal(0, 1), and their q8 form.
     std::mt19937 rng(11 + s.n_in);
@@ -188,7 +189,8 @@ class Bench {
       std::vector<uint8_t> wrow(rb);
       std::vector<float> wf(s.n_in);
       for (int k = 0; k < std::min(kSampled, s.n_out); ++k) {
-        const int o = static_cast<int>(static_cast<int64_t>(k) * s.n_out / std::min(kSampled, s.n_out));
+        const int o =
+            static_cast<int>(static_cast<int64_t>(k) * s.n_out / std::min(kSampled, s.n_out));
         sampled.push_back(o);
         CK(cudaMemcpy(wrow.data(), w + o * rb, rb, cudaMemcpyDeviceToHost));
         dequantize_row(type, wrow.data(), wf.data(), s.n_in);
@@ -313,7 +315,7 @@ class Bench {
                   tm.us[n] / tm.us[1]);
     }
     std::printf("\n");
-    if (p.variant == cuda::MatmulVariant::kMma) {
+    if (p.variant == cuda::MatmulVariant::kMma) {  // once per shape
       // The activation quantization that the mma variant needs once per distinct input.
       CK(cudaEventRecord(ev0_, stream_));
       for (int i = 0; i < 20; ++i) {
@@ -333,7 +335,7 @@ class Bench {
   // 7B decoder layer: q, k, v, o, gate, up, down (attention and norms not counted).
   void layer_estimate() {
     if (!opt_.time) return;
-    const int layer[][2] = {{3584, 3584}, {512, 3584},   {512, 3584},  {3584, 3584},
+    const int layer[][2] = {{3584, 3584},  {512, 3584},   {512, 3584},  {3584, 3584},
                             {18944, 3584}, {18944, 3584}, {3584, 18944}};
     std::printf("\n7B layer estimate (7 matmuls of one type; 28 layers, no LM head/attention)\n");
     for (DType type : kTypes) {
@@ -349,11 +351,12 @@ class Bench {
           for (int n : kRows) us[n] += it->second.us[n];
         }
         if (!all) continue;
-        std::printf("LAYER %-5s %-6s 1 row %.1f us (%.0f tok/s) | 16 rows %.1f us (x%.2f) | 64 rows "
-                    "%.1f us (x%.2f, %.0f rows/s)\n",
-                    std::string(traits(type).name).c_str(), cuda::variant_name(v), us[1],
-                    1e6 / (28 * us[1]), us[16], us[16] / us[1], us[64], us[64] / us[1],
-                    64e6 / (28 * us[64]));
+        std::printf(
+            "LAYER %-5s %-6s 1 row %.1f us (%.0f tok/s) | 16 rows %.1f us (x%.2f) | 64 rows "
+            "%.1f us (x%.2f, %.0f rows/s)\n",
+            std::string(traits(type).name).c_str(), cuda::variant_name(v), us[1],
+            1e6 / (28 * us[1]), us[16], us[16] / us[1], us[64], us[64] / us[1],
+            64e6 / (28 * us[64]));
       }
     }
   }
@@ -386,7 +389,7 @@ int main(int argc, char** argv) {
       const std::string name = next();
       const cuda::MatmulVariant v = cuda::variant_from_name(name.c_str());
       if (v == cuda::MatmulVariant::kAuto) {
-        std::fprintf(stderr, "unknown variant '%s' (float, mma)\n", name.c_str());
+        std::fprintf(stderr, "unknown variant '%s' (float, mma, q8)\n", name.c_str());
         return 2;
       }
       o.variants = {v};
@@ -401,9 +404,10 @@ int main(int argc, char** argv) {
     } else if (a == "--no-check") {
       o.check = false;
     } else {
-      std::fprintf(stderr,
-                   "usage: cuda_matmul_bench [--variant float|mma] [--type Q4_K] [--model 1.5b|7b]"
-                   " [--reps 30] [--no-time] [--no-check]\n");
+      std::fprintf(
+          stderr,
+          "usage: cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b]"
+          " [--reps 30] [--no-time] [--no-check]\n");
       return 2;
     }
   }

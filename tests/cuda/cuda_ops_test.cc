@@ -120,9 +120,12 @@ class CudaOps : public ::testing::Test {
 // invariant (each row bit-identical to a launch holding that row alone, 64-row pieces included).
 TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
   const int64_t n_in = 512, n_out = 96;
-  for (cuda::MatmulVariant variant : {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma}) {
-    // kMma quantizes the activations to int8 per 32-element block (relative error ~3e-5).
-    const double bound = variant == cuda::MatmulVariant::kMma ? 5e-4 : 1e-10;
+  for (cuda::MatmulVariant variant :
+       {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+    // The q8 variants quantize the activations to int8 per 32-element block (relative error
+    // ~3e-5). kQ8 runs dp4a up to 8 rows and mma beyond: the invariance check below compares
+    // the two kernels bit for bit.
+    const double bound = cuda::variant_takes_q8(variant) ? 5e-4 : 1e-10;
     for (DType type : kWeightTypes) {
       if (!cuda::variant_supports(variant, type)) continue;
       SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant));
@@ -167,8 +170,7 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
           one.y = dy1.ptr;
           cuda::matmul(one, nullptr);
           const auto y1 = dy1.host();
-          ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0)
-              << "row " << r;
+          ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
         }
       }
     }

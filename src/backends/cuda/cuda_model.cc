@@ -7,8 +7,8 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <initializer_list>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -254,9 +254,9 @@ class CudaModel : public Model {
     grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);
     // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
     // One int8 copy of the current matmul input (the widest is n_ff or the attention output).
-    const size_t widest = std::max<size_t>(
-        {static_cast<size_t>(c.n_embd), static_cast<size_t>(c.n_head) * c.head_dim_v,
-         static_cast<size_t>(c.n_ff)});
+    const size_t widest = std::max<size_t>({static_cast<size_t>(c.n_embd),
+                                            static_cast<size_t>(c.n_head) * c.head_dim_v,
+                                            static_cast<size_t>(c.n_ff)});
     grow(xq_, rows * widest);
     grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
     grow(meta_, (6 * rows + n_seq) * sizeof(int32_t));
@@ -290,7 +290,7 @@ class CudaModel : public Model {
                         std::initializer_list<const DeviceLinear*> users) {
     bool wanted = false;
     for (const DeviceLinear* l : users) {
-      wanted |= resolve_variant(MatmulVariant::kAuto, l->shape.type) == MatmulVariant::kMma;
+      wanted |= variant_takes_q8(resolve_variant(MatmulVariant::kAuto, l->shape.type));
     }
     if (!wanted) return {};
     quantize_rows(x, n, width, xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n, stream_);

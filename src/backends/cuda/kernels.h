@@ -40,8 +40,13 @@ enum class MatmulVariant : int {
   kAuto,
   kFloat,  // fp32 activations, weights dequantized to float, scalar FMA (every type)
   kMma,    // int8 activations (Q8Rows), int8 tensor-core mma.sync (block-quantized types)
+  kQ8,     // kMma's arithmetic, bit for bit, with dp4a instead of the tensor cores up to 8 rows
 };
 const char* variant_name(MatmulVariant v);
+// True for the variants that read int8 activations (MatmulParams::xq).
+inline bool variant_takes_q8(MatmulVariant v) {
+  return v == MatmulVariant::kMma || v == MatmulVariant::kQ8;
+}
 // kAuto for a name no variant has.
 MatmulVariant variant_from_name(const char* name);
 bool variant_supports(MatmulVariant v, DType type);
@@ -67,8 +72,9 @@ bool weight_type_supported(DType type);
 // y = x W^T (+ bias). Each weight chunk is read once per launch for all (up to 64) rows, and the
 // value of y[r, o] does not depend on how many rows share the launch (row invariance).
 void matmul(const MatmulParams& p, cudaStream_t stream);
-// The integer tensor-core path alone (variant kMma): x given as p.xq (p.x unused).
-void matmul_mma(const MatmulParams& p, cudaStream_t stream);
+// The integer paths alone (variants kMma, kQ8): x given as p.xq (p.x unused); launches of up
+// to dp4a_rows (<= 8) rows run the dp4a kernel, which gives the same bits as the mma kernel.
+void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream);
 bool mma_supports(DType type);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,

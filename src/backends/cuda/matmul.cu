@@ -122,13 +122,15 @@ const char* variant_name(MatmulVariant v) {
       return "float";
     case MatmulVariant::kMma:
       return "mma";
+    case MatmulVariant::kQ8:
+      return "q8";
     default:
       return "auto";
   }
 }
 
 MatmulVariant variant_from_name(const char* name) {
-  for (MatmulVariant v : {MatmulVariant::kFloat, MatmulVariant::kMma}) {
+  for (MatmulVariant v : {MatmulVariant::kFloat, MatmulVariant::kMma, MatmulVariant::kQ8}) {
     if (std::strcmp(name, variant_name(v)) == 0) return v;
   }
   return MatmulVariant::kAuto;
@@ -139,6 +141,7 @@ bool variant_supports(MatmulVariant v, DType type) {
     case MatmulVariant::kFloat:
       return weight_type_supported(type);
     case MatmulVariant::kMma:
+    case MatmulVariant::kQ8:
       return mma_supports(type);
     default:
       return weight_type_supported(type);
@@ -146,7 +149,11 @@ bool variant_supports(MatmulVariant v, DType type) {
 }
 
 namespace {
-// The default variant per weight type, from the H200 measurements of bench/cuda_matmul_bench.
+// The default variant per weight type, from the H200 measurements of bench/cuda_matmul_bench
+// (7B layer, 7 matmuls, us for 1 / 16 rows): Q4_K float 144 / 1140, mma 121 / 195, q8 125 / 195;
+// Q6_K float 173 / 1170, mma 199 / 270; Q8_0 float 209 / 2084, mma 236 / 290. mma loses a little
+// at one row on Q5_0/Q6_K/Q8_0 but wins 4-7x on verification and prefill, and a type must use
+// one family for every row count (row invariance). F32/F16/BF16 have no integer kernel.
 MatmulVariant default_variant(DType type) {
   return mma_supports(type) ? MatmulVariant::kMma : MatmulVariant::kFloat;
 }
@@ -180,8 +187,9 @@ MatmulVariant resolve_variant(MatmulVariant requested, DType type) {
 void matmul(const MatmulParams& p, cudaStream_t stream) {
   const MatmulVariant v = resolve_variant(p.variant, p.type);
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
-  if (v == MatmulVariant::kMma) {
-    if (p.xq.q != nullptr) return matmul_mma(p, stream);
+  if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
+    const int dp4a_rows = v == MatmulVariant::kQ8 ? 8 : 0;
+    if (p.xq.q != nullptr) return matmul_mma(p, dp4a_rows, stream);
     Scratch& s = scratch();
     std::lock_guard<std::mutex> lock(s.mu);
     const Status st1 = s.q.reserve(p.n_rows * p.n_in);
@@ -190,7 +198,7 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
     MatmulParams q = p;
     q.xq = {s.q.get<int8_t>(), s.meta.get<Q8Meta>(), p.n_rows};
     quantize_rows(p.x, p.n_rows, p.n_in, s.q.get<int8_t>(), s.meta.get<Q8Meta>(), p.n_rows, stream);
-    return matmul_mma(q, stream);
+    return matmul_mma(q, dp4a_rows, stream);
   }
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
     MatmulParams piece = p;

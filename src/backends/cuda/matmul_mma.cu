@@ -74,8 +74,7 @@ struct Fmt<DType::kQ4_0> {
     r.d = ld_u16(b);
     r.q = ld_a2(b + 2 + 4 * t);
   }
-  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw,
-                              float& mw) {
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
     lo = r.q & 0x0F0F0F0Fu;
     hi = (r.q >> 4) & 0x0F0F0F0Fu;
     dw = half_bits(r.d);
@@ -94,8 +93,7 @@ struct Fmt<DType::kQ4_1> {
     r.dm = ld_a4(b);
     r.q = ld_a4(b + 4 + 4 * t);
   }
-  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw,
-                              float& mw) {
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
     lo = r.q & 0x0F0F0F0Fu;
     hi = (r.q >> 4) & 0x0F0F0F0Fu;
     dw = half_bits(r.dm);
@@ -115,8 +113,8 @@ struct Fmt<DType::kQ5_0> {
     r.qh = ld_a2(b + 2);
     r.q = ld_a2(b + 6 + 4 * t);
   }
-  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw,
-                              float& mw, int t) {
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw,
+                              int t) {
     lo = (r.q & 0x0F0F0F0Fu) | spread4((r.qh >> (4 * t)) & 0xF);
     hi = ((r.q >> 4) & 0x0F0F0F0Fu) | spread4((r.qh >> (16 + 4 * t)) & 0xF);
     dw = half_bits(r.d);
@@ -136,8 +134,7 @@ struct Fmt<DType::kQ8_0> {
     r.q0 = ld_a2(b + 2 + 8 * t);
     r.q1 = ld_a2(b + 6 + 8 * t);
   }
-  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw,
-                              float& mw) {
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
     lo = r.q0;
     hi = r.q1;
     dw = half_bits(r.d);
@@ -251,8 +248,8 @@ struct Fmt<DType::kQ6_K> {
 
 // Q5_0's step needs the lane's t; the others ignore it.
 template <DType T>
-__device__ __forceinline__ void fmt_step(const typename Fmt<T>::Raw& r, int s, int t,
-                                         uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
+__device__ __forceinline__ void fmt_step(const typename Fmt<T>::Raw& r, int s, int t, uint32_t& lo,
+                                         uint32_t& hi, float& dw, float& mw) {
   if constexpr (T == DType::kQ5_0) {
     Fmt<T>::step(r, s, lo, hi, dw, mw, t);
   } else {
@@ -438,6 +435,120 @@ __global__ void __launch_bounds__(32 * kMaxSlices) mma_kernel(MmaArgs p) {
   }
 }
 
+// ---- dp4a (few rows) ------------------------------------------------------------------------
+// The same arithmetic without the tensor cores, for 1..8 rows, where an m16n8 tile would scale
+// 128 sums to use 16 or fewer: a lane owns one output row and computes the integer dot of each
+// step itself (the four "t" shares of the mma layout in turn, with dp4a), then applies exactly
+// the float steps of mma_kernel in the same order, and the warps (the same k slices) are added
+// in the same order. So both kernels give the same bits, and one family serves every R (the
+// bench's and cuda_ops_test's row-invariance checks of variant q8 compare the two kernels).
+// Not yet faster: on the H200 a 7B Q4_K layer takes 125 us at one row against mma's 121, and
+// 3x longer at 8 rows. Its loads reuse Fmt::load four times per lane (8-byte loads from 32
+// different rows per instruction); wide per-row loads are the next step.
+
+template <bool kSigned>
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
+  int d;
+  if constexpr (kSigned) {
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+}
+
+template <DType T, int R>
+__global__ void __launch_bounds__(32 * kMaxSlices) dp4a_kernel(MmaArgs p) {
+  using F = Fmt<T>;
+  const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int o_raw = blockIdx.x * 32 + lane, o = min(o_raw, p.n_out - 1);
+  const uint8_t* wr = p.w + static_cast<int64_t>(o) * p.row_bytes;
+  const int n_blocks = p.n_in / F::kElems;
+  const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int u = warp; u < n_units; u += n_warps) {
+    for (int i = 0; i < F::kUnit; ++i) {
+      const int blk = u * F::kUnit + i;
+      if (blk >= n_blocks) break;
+      typename F::Raw raw[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) F::load(wr + static_cast<int64_t>(blk) * F::kBytes, t, raw[t]);
+#pragma unroll
+      for (int s = 0; s < F::kElems / F::kK; ++s) {
+        const int es = blk * F::kElems + s * F::kK;
+        uint32_t lo[4], hi[4] = {0, 0, 0, 0};
+        float dw = 0.0f, mw = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          if constexpr (F::kK == 32) {
+            fmt_step<T>(raw[t], s, t, lo[t], hi[t], dw, mw);
+          } else {
+            F::step(raw[t], s, lo[t], dw);
+          }
+        }
+        const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= p.n_rows) break;
+          const int8_t* xr = p.xq + static_cast<int64_t>(r) * p.n_in + es;
+          int c = 0;
+          if constexpr (F::kK == 16) {
+            const uint4 v = *reinterpret_cast<const uint4*>(xr);
+            c = dp4a<false>(lo[0], v.x, c);
+            c = dp4a<false>(lo[1], v.y, c);
+            c = dp4a<false>(lo[2], v.z, c);
+            c = dp4a<false>(lo[3], v.w, c);
+          } else {
+            const uint4 v0 = *reinterpret_cast<const uint4*>(xr);
+            const uint4 v1 = *reinterpret_cast<const uint4*>(xr + 16);
+            const uint32_t xw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              if constexpr (F::kPair8) {  // elements [8t, 8t + 4) and [8t + 4, 8t + 8)
+                c = dp4a<F::kSigned>(lo[t], xw[2 * t], c);
+                c = dp4a<F::kSigned>(hi[t], xw[2 * t + 1], c);
+              } else {  // elements [4t, 4t + 4) and [16 + 4t, 20 + 4t)
+                c = dp4a<F::kSigned>(lo[t], xw[t], c);
+                c = dp4a<F::kSigned>(hi[t], xw[4 + t], c);
+              }
+            }
+          }
+          const Q8Meta m = meta[r];
+          int xs;
+          if constexpr (F::kK == 16) {
+            xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
+          } else {
+            xs = m.sum_lo + m.sum_hi;
+          }
+          const float dxs = __fmul_rn(m.d, static_cast<float>(xs));
+          const int isum = c - F::kOffset * xs;
+          acc[r] = __fmaf_rn(__fmul_rn(dw, m.d), static_cast<float>(isum), acc[r]);
+          if constexpr (F::kMin) acc[r] = __fmaf_rn(mw, dxs, acc[r]);
+        }
+      }
+    }
+  }
+  __shared__ float partial[kMaxSlices][R][32];
+  if (warp > 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= p.n_rows) break;
+    float v = acc[r];
+    for (int w = 1; w < n_warps; ++w) v = __fadd_rn(v, partial[w][r][lane]);
+    if (o_raw < p.n_out) {
+      if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o_raw]);
+      p.y[static_cast<int64_t>(r) * p.n_out + o_raw] = v;
+    }
+  }
+}
+
 int sm_count() {
   static const int n = [] {
     int dev = 0, count = 0;
@@ -469,8 +580,20 @@ void launch(const MmaArgs& a, cudaStream_t stream) {
   mma_kernel<T, NT><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
 }
 
+template <DType T, int R>
+void launch_dp4a(const MmaArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.n_out + 31) / 32);
+  dp4a_kernel<T, R><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
+}
+
 template <DType T>
-void launch_rows(const MmaArgs& a, cudaStream_t stream) {
+void launch_rows(const MmaArgs& a, int dp4a_rows, cudaStream_t stream) {
+  if (a.n_rows <= dp4a_rows) {
+    if (a.n_rows <= 1) return launch_dp4a<T, 1>(a, stream);
+    if (a.n_rows <= 2) return launch_dp4a<T, 2>(a, stream);
+    if (a.n_rows <= 4) return launch_dp4a<T, 4>(a, stream);
+    return launch_dp4a<T, 8>(a, stream);
+  }
   if (a.n_rows <= 8) return launch<T, 1>(a, stream);
   if (a.n_rows <= 16) return launch<T, 2>(a, stream);
   if (a.n_rows <= 32) return launch<T, 4>(a, stream);
@@ -505,13 +628,14 @@ __global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, in
 
 struct LaunchMma {
   const MmaArgs& a;
+  int dp4a_rows;
   cudaStream_t stream;
   template <DType T>
   void operator()() const {
     if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
                   T == DType::kQ8_0 || T == DType::kQ4_K || T == DType::kQ5_K ||
                   T == DType::kQ6_K) {
-      launch_rows<T>(a, stream);
+      launch_rows<T>(a, dp4a_rows, stream);
     } else {
       SALVO_CHECK_MSG(false, "matmul_mma: weight type without an mma kernel");
     }
@@ -545,7 +669,8 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
       x, n_rows, n_in, q, meta, meta_stride);
 }
 
-void matmul_mma(const MatmulParams& p, cudaStream_t stream) {
+void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream) {
+  SALVO_CHECK(dp4a_rows <= 8);
   SALVO_CHECK(p.xq.q != nullptr && p.xq.meta != nullptr && p.xq.meta_stride >= p.n_rows);
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
     MmaArgs a;
@@ -559,7 +684,7 @@ void matmul_mma(const MatmulParams& p, cudaStream_t stream) {
     a.meta_stride = p.xq.meta_stride;
     a.y = p.y + r0 * p.n_out;
     a.bias = p.bias;
-    dispatch_weight_type(p.type, LaunchMma{a, stream});
+    dispatch_weight_type(p.type, LaunchMma{a, dp4a_rows, stream});
   }
 }
 
