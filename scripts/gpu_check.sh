@@ -46,7 +46,7 @@ fi
 cmake "${args[@]}" >"$work/cmake.log" 2>&1 || { cat "$work/cmake.log"; exit 1; }
 start=$(date +%s)
 cmake --build "$work/build" -j"$(nproc)" --target salvo cuda_ops_test cuda_model_test \
-  cuda_dflash_test
+  cuda_dflash_test cuda_matmul_bench
 echo "build: $(($(date +%s) - start)) s"
 salvo=$work/build/salvo
 
@@ -79,6 +79,13 @@ export SALVO_CUDA_TEST_DRAFTERS=$work/drafters
 ctest --test-dir "$work/build" -L cuda --output-on-failure -V 2>&1 | tee "$work/ctest.log" |
   grep -E "NMSE|spec |top-1|tests passed|Failed|FAILED|OK \]|Passed" || true
 grep -q "100% tests passed" "$work/ctest.log" || failures+=("ctest -L cuda")
+
+log "matmul kernels: every type x Qwen2.5-1.5B/7B shapes x rows 1..64 (NMSE, bitwise row invariance, GB/s)"
+mm_args=()
+[[ $quick == 1 ]] && mm_args=(--reps 10)
+"$work/build/cuda_matmul_bench" "${mm_args[@]}" >"$work/matmul_bench.log" 2>&1 ||
+  failures+=("cuda_matmul_bench")
+grep -E "FAIL|^LAYER|check\(s\) failed" "$work/matmul_bench.log" || true
 
 log "speculation invariant through the CLI (--spec ngram vs --spec none, greedy, same seed)"
 prompt="The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."

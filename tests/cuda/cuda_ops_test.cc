@@ -116,57 +116,94 @@ class CudaOps : public ::testing::Test {
   }
 };
 
+// Every matmul variant on every weight type it supports: against the reference, and row
+// invariant (each row bit-identical to a launch holding that row alone, 64-row pieces included).
 TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
   const int64_t n_in = 512, n_out = 96;
-  for (DType type : kWeightTypes) {
-    SCOPED_TRACE(std::string(traits(type).name));
-    const auto w = random_weights(type, n_out, n_in, 7);
-    std::vector<float> wf(n_out * n_in);
-    for (int64_t o = 0; o < n_out; ++o) {
-      dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
-    }
-    const std::vector<float> bias = random_floats(n_out, 3);
-    Dev<uint8_t> dw(w);
-    Dev<float> dbias(bias);
-    for (int n_rows : {1, 2, 5, 16, 33, 64, 100}) {
-      SCOPED_TRACE(n_rows);
-      const auto x = random_floats(n_rows * n_in, 11);
-      Dev<float> dx(x), dy(n_rows * n_out);
-      cuda::matmul({.type = type,
-                    .w = dw.ptr,
-                    .n_out = n_out,
-                    .n_in = n_in,
-                    .x = dx.ptr,
-                    .n_rows = n_rows,
-                    .y = dy.ptr,
-                    .bias = dbias.ptr},
-                   nullptr);
-      const auto y = dy.host();
-      std::vector<float> want(n_rows * n_out);
-      for (int r = 0; r < n_rows; ++r) {
-        for (int64_t o = 0; o < n_out; ++o) {
-          double s = bias[o];
-          for (int64_t i = 0; i < n_in; ++i)
-            s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
-          want[r * n_out + o] = static_cast<float>(s);
+  for (cuda::MatmulVariant variant :
+       {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+    // The q8 variants quantize the activations to int8 per 32-element block (relative error
+    // ~3e-5). kQ8 runs dp4a up to 8 rows and mma beyond: the invariance check below compares
+    // the two kernels bit for bit.
+    const double bound = cuda::variant_takes_q8(variant) ? 5e-4 : 1e-10;
+    for (DType type : kWeightTypes) {
+      if (!cuda::variant_supports(variant, type)) continue;
+      SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant));
+      const auto w = random_weights(type, n_out, n_in, 7);
+      std::vector<float> wf(n_out * n_in);
+      for (int64_t o = 0; o < n_out; ++o) {
+        dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
+      }
+      const std::vector<float> bias = random_floats(n_out, 3);
+      Dev<uint8_t> dw(w);
+      Dev<float> dbias(bias);
+      for (int n_rows : {1, 2, 5, 16, 33, 64, 100}) {
+        SCOPED_TRACE(n_rows);
+        const auto x = random_floats(n_rows * n_in, 11);
+        Dev<float> dx(x), dy(n_rows * n_out);
+        cuda::MatmulParams p{.type = type,
+                             .w = dw.ptr,
+                             .n_out = n_out,
+                             .n_in = n_in,
+                             .x = dx.ptr,
+                             .n_rows = n_rows,
+                             .y = dy.ptr,
+                             .bias = dbias.ptr,
+                             .variant = variant};
+        cuda::matmul(p, nullptr);
+        const auto y = dy.host();
+        std::vector<float> want(n_rows * n_out);
+        for (int r = 0; r < n_rows; ++r) {
+          for (int64_t o = 0; o < n_out; ++o) {
+            double s = bias[o];
+            for (int64_t i = 0; i < n_in; ++i)
+              s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
+            want[r * n_out + o] = static_cast<float>(s);
+          }
+        }
+        EXPECT_LT(nmse(y, want), bound);
+        Dev<float> dy1(n_out);
+        for (int r = 0; r < n_rows; ++r) {
+          cuda::MatmulParams one = p;
+          one.x = dx.ptr + r * n_in;
+          one.n_rows = 1;
+          one.y = dy1.ptr;
+          cuda::matmul(one, nullptr);
+          const auto y1 = dy1.host();
+          ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
         }
       }
-      EXPECT_LT(nmse(y, want), 1e-10);
-      // Row invariance: every row is bit-identical to a launch holding that row alone.
-      Dev<float> dy1(n_out);
-      for (int r = 0; r < n_rows; ++r) {
-        cuda::matmul({.type = type,
-                      .w = dw.ptr,
-                      .n_out = n_out,
-                      .n_in = n_in,
-                      .x = dx.ptr + r * n_in,
-                      .n_rows = 1,
-                      .y = dy1.ptr,
-                      .bias = dbias.ptr},
-                     nullptr);
-        const auto y1 = dy1.host();
-        ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
+    }
+  }
+}
+
+// The int8 activation blocks against a scalar reference of the same rounding.
+TEST_F(CudaOps, QuantizeRowsMatchesReference) {
+  const int rows = 3, n_in = 256, stride = 4;
+  auto x = random_floats(rows * n_in, 21, 2.0f);
+  for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;  // an all-zero block: d = 0, quants 0
+  Dev<float> dx(x);
+  Dev<int8_t> dq(rows * n_in);
+  Dev<cuda::Q8Meta> dmeta((n_in / 32) * stride);
+  cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dmeta.ptr, stride, nullptr);
+  const auto q = dq.host();
+  const auto meta = dmeta.host();
+  for (int r = 0; r < rows; ++r) {
+    for (int b = 0; b < n_in / 32; ++b) {
+      const float* xb = &x[r * n_in + 32 * b];
+      float amax = 0;
+      for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f;
+      int sums[2] = {0, 0};
+      for (int i = 0; i < 32; ++i) {
+        const int want = d > 0 ? static_cast<int>(std::nearbyint(xb[i] / d)) : 0;
+        ASSERT_EQ(q[r * n_in + 32 * b + i], want) << r << " " << b << " " << i;
+        sums[i / 16] += want;
       }
+      const cuda::Q8Meta& m = meta[b * stride + r];
+      EXPECT_EQ(m.d, d);
+      EXPECT_EQ(m.sum_lo, sums[0]);
+      EXPECT_EQ(m.sum_hi, sums[1]);
     }
   }
 }

@@ -8,8 +8,10 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <tuple>
@@ -270,6 +272,12 @@ class CudaModel : public Model {
       grow(hidden_host_, rows * n_hidden_layers * c.n_embd * f);
     }
     // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
+    // One int8 copy of the current matmul input (the widest is n_ff or the attention output).
+    const size_t widest = std::max<size_t>({static_cast<size_t>(c.n_embd),
+                                            static_cast<size_t>(c.n_head) * c.head_dim_v,
+                                            static_cast<size_t>(c.n_ff)});
+    grow(xq_, rows * widest);
+    grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
     grow(meta_, (6 * rows + n_seq) * sizeof(int32_t));
     grow(meta_host_, (6 * rows + n_seq) * sizeof(int32_t));
     return moved;
@@ -295,9 +303,23 @@ class CudaModel : public Model {
                                      cudaMemcpyHostToDevice, stream_));
   }
 
-  void linear(const DeviceLinear& l, const float* x, int n, float* y) {
+  // Quantizes x [n, width] once for the linears that read it, where their matmul variant takes
+  // int8 activations (Q/K/V share one quantization, gate/up another).
+  Q8Rows quantize_input(const float* x, int n, int64_t width,
+                        std::initializer_list<const DeviceLinear*> users) {
+    bool wanted = false;
+    for (const DeviceLinear* l : users) {
+      wanted |= variant_takes_q8(resolve_variant(MatmulVariant::kAuto, l->shape.type));
+    }
+    if (!wanted) return {};
+    quantize_rows(x, n, width, xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n, stream_);
+    return {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n};
+  }
+
+  void linear(const DeviceLinear& l, const float* x, const Q8Rows& xq, int n, float* y) {
     MatmulParams p = l.shape;
     p.x = x;
+    p.xq = xq;
     p.n_rows = n;
     p.y = y;
     matmul(p, stream_);
@@ -332,9 +354,10 @@ class CudaModel : public Model {
       } else {
         add_rms_norm(x, h, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
       }
-      linear(l.wq, h, n, q);  // [n, n_head * head_dim]
-      linear(l.wk, h, n, k);  // [n, n_head_kv * head_dim]
-      linear(l.wv, h, n, v);
+      const Q8Rows hq = quantize_input(h, n, c.n_embd, {&l.wq, &l.wk, &l.wv});
+      linear(l.wq, h, hq, n, q);  // [n, n_head * head_dim]
+      linear(l.wk, h, hq, n, k);  // [n, n_head_kv * head_dim]
+      linear(l.wv, h, hq, n, v);
       rope(q, positions, n, c.n_head, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
       rope(k, positions, n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
       store_kv(bv, kvl, k, v, stream_);
@@ -350,13 +373,14 @@ class CudaModel : public Model {
                  .window = 0,
                  .partial = attn_partial_.get<float>()},
                 stream_);
-      linear(l.wo, attn, n, h);
+      linear(l.wo, attn, quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo}), n, h);
       // Feed-forward block (SwiGLU), after x += h.
       add_rms_norm(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, stream_);
-      linear(l.ffn_gate, h, n, gate);
-      linear(l.ffn_up, h, n, up);
+      const Q8Rows fq = quantize_input(h, n, c.n_embd, {&l.ffn_gate, &l.ffn_up});
+      linear(l.ffn_gate, h, fq, n, gate);
+      linear(l.ffn_up, h, fq, n, up);
       silu_mul(gate, up, static_cast<int64_t>(n) * c.n_ff, stream_);
-      linear(l.ffn_down, gate, n, h);
+      linear(l.ffn_down, gate, quantize_input(gate, n, c.n_ff, {&l.ffn_down}), n, h);
       // The block's output is x + h (the next block's norm adds them): [n, slots, n_embd].
       for (size_t slot = 0; slot < hidden_layers.size(); ++slot) {
         if (hidden_layers[slot] != il) continue;
@@ -369,7 +393,8 @@ class CudaModel : public Model {
     float* lr = logit_rows_.get<float>();
     gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
     rms_norm(lr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, stream_);
-    linear(output_, lr, n_logits, logits_.get<float>());
+    linear(output_, lr, quantize_input(lr, n_logits, c.n_embd, {&output_}), n_logits,
+           logits_.get<float>());
     SALVO_CUDA_CHECK(cudaGetLastError());
     (void)n_seq;
   }
@@ -386,7 +411,8 @@ class CudaModel : public Model {
   std::vector<DeviceLayer> layers_;
   DeviceHeads heads_;
   DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
-  DeviceBuffer hidden_;  // [n, hidden layers, n_embd]
+  DeviceBuffer hidden_;        // [n, hidden layers, n_embd]
+  DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   PinnedBuffer logits_host_, meta_host_, hidden_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;

@@ -150,6 +150,9 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(gate_.reserve(B * c.n_ff * f));
     SALVO_RETURN_IF_ERROR(up_.reserve(B * c.n_ff * f));
     SALVO_RETURN_IF_ERROR(logits_.reserve(D * n_vocab * f));
+    xq_capacity_ = B * std::max<size_t>(c.n_embd, c.n_ff);
+    SALVO_RETURN_IF_ERROR(xq_.reserve(xq_capacity_));
+    SALVO_RETURN_IF_ERROR(xq_meta_.reserve((xq_capacity_ / 32 + B) * sizeof(Q8Meta)));
     // [root, committed, positions[B], slots[B], seq ids[B], subtree ends[B]]
     SALVO_RETURN_IF_ERROR(meta_.reserve((2 + 4 * B) * sizeof(int32_t)));
     SALVO_RETURN_IF_ERROR(meta_host_.reserve((2 + 4 * B) * sizeof(int32_t)));
@@ -351,11 +354,19 @@ class DeviceDflashRunner : public DflashRunner {
     return Status();
   }
 
+  // The integer kernels (the target's quantized LM head) take x quantized into this runner's
+  // own buffer: a captured graph must not point at memory another stream or caller may move.
   void linear(const MatmulParams& shape, const float* x, int n, float* y) {
     MatmulParams p = shape;
     p.x = x;
     p.n_rows = n;
     p.y = y;
+    if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, p.type))) {
+      SALVO_CHECK_MSG(static_cast<size_t>(n) * p.n_in <= xq_capacity_,
+                      "drafter matmul input wider than its int8 buffer");
+      quantize_rows(x, n, p.n_in, xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n, stream_);
+      p.xq = {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n};
+    }
     matmul(p, stream_);
   }
 
@@ -456,6 +467,8 @@ class DeviceDflashRunner : public DflashRunner {
   DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
       logprobs_;
   DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
+  DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
+  size_t xq_capacity_ = 0;     // int8 values xq_ holds
   PinnedBuffer meta_host_, out_host_;
   // observe().
   DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_;

@@ -17,6 +17,42 @@ namespace salvo::cuda {
 // of this many rows, which gives every row the same arithmetic whatever the batch size.
 inline constexpr int kMatmulMaxRows = 64;
 
+// Activations quantized for the integer (tensor-core) matmul, like ggml's q8_1: per row and
+// 32-element block, int8 quants q = round(x / d) with d = max|x| / 127, and a Q8Meta. The
+// metadata is stored block-major ([n_in / 32][meta_stride]) so that the kernel reads the
+// entries of neighbouring rows together.
+struct Q8Meta {
+  float d;
+  int16_t sum_lo, sum_hi;  // sums of the quants of elements [0, 16) and [16, 32) of the block
+};
+struct Q8Rows {
+  const int8_t* q = nullptr;     // [n_rows, n_in]
+  const Q8Meta* meta = nullptr;  // [n_in / 32][meta_stride]
+  int64_t meta_stride = 0;       // >= n_rows
+};
+// Quantizes x [n_rows, n_in] (n_in a multiple of 32); row r's result depends on row r alone.
+void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
+                   int64_t meta_stride, cudaStream_t stream);
+
+// The matmul kernel families, selectable per call (benchmarks, tests) or for a whole run with
+// SALVO_CUDA_MATMUL=<name>; kAuto picks the default of the weight type (a table in matmul.cu).
+enum class MatmulVariant : int {
+  kAuto,
+  kFloat,  // fp32 activations, weights dequantized to float, scalar FMA (every type)
+  kMma,    // int8 activations (Q8Rows), int8 tensor-core mma.sync (block-quantized types)
+  kQ8,     // kMma's arithmetic, bit for bit, with dp4a instead of the tensor cores up to 8 rows
+};
+const char* variant_name(MatmulVariant v);
+// True for the variants that read int8 activations (MatmulParams::xq).
+inline bool variant_takes_q8(MatmulVariant v) {
+  return v == MatmulVariant::kMma || v == MatmulVariant::kQ8;
+}
+// kAuto for a name no variant has.
+MatmulVariant variant_from_name(const char* name);
+bool variant_supports(MatmulVariant v, DType type);
+// The variant a kAuto call uses for this type (SALVO_CUDA_MATMUL, else the default table).
+MatmulVariant resolve_variant(MatmulVariant requested, DType type);
+
 struct MatmulParams {
   DType type = DType::kF32;
   const void* w = nullptr;  // [n_out rows of row_bytes(type, n_in)]
@@ -25,6 +61,10 @@ struct MatmulParams {
   int64_t n_rows = 0;
   float* y = nullptr;           // [n_rows, n_out]
   const float* bias = nullptr;  // [n_out] or null
+  MatmulVariant variant = MatmulVariant::kAuto;
+  // x quantized by quantize_rows, for the kMma variant; when null, matmul() quantizes x into
+  // a scratch buffer of its own (which allocates, so not inside a graph capture).
+  Q8Rows xq;
 };
 
 // True for the weight types the matmul and embedding kernels read.
@@ -32,6 +72,10 @@ bool weight_type_supported(DType type);
 // y = x W^T (+ bias). Each weight chunk is read once per launch for all (up to 64) rows, and the
 // value of y[r, o] does not depend on how many rows share the launch (row invariance).
 void matmul(const MatmulParams& p, cudaStream_t stream);
+// The integer paths alone (variants kMma, kQ8): x given as p.xq (p.x unused); launches of up
+// to dp4a_rows (<= 8) rows run the dp4a kernel, which gives the same bits as the mma kernel.
+void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream);
+bool mma_supports(DType type);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream);

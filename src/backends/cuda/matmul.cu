@@ -1,4 +1,5 @@
-// Quantized matrix × skinny activation product: one block per output row, its threads taking
+// Quantized matrix × skinny activation product, variant kFloat (and the variant dispatch): one
+// block per output row, its threads taking
 // the row's 16-weight chunks in turn. A thread dequantizes a chunk once into registers and
 // applies it to every activation row of the launch, so each weight byte is read once for up to
 // kMatmulMaxRows rows. (A warp-per-row variant with an unrolled chunk loop measured slower on
@@ -10,8 +11,12 @@
 // differently per unrolled copy), chunks in a fixed order per thread, a fixed butterfly per warp
 // and the warps summed in order.
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
 
 #include "backends/cuda/dequant.cuh"
+#include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
 
 namespace salvo::cuda {
@@ -111,7 +116,90 @@ struct LaunchRows {
 
 bool weight_type_supported(DType type) { return dispatch_weight_type(type, NoOp{}); }
 
+const char* variant_name(MatmulVariant v) {
+  switch (v) {
+    case MatmulVariant::kFloat:
+      return "float";
+    case MatmulVariant::kMma:
+      return "mma";
+    case MatmulVariant::kQ8:
+      return "q8";
+    default:
+      return "auto";
+  }
+}
+
+MatmulVariant variant_from_name(const char* name) {
+  for (MatmulVariant v : {MatmulVariant::kFloat, MatmulVariant::kMma, MatmulVariant::kQ8}) {
+    if (std::strcmp(name, variant_name(v)) == 0) return v;
+  }
+  return MatmulVariant::kAuto;
+}
+
+bool variant_supports(MatmulVariant v, DType type) {
+  switch (v) {
+    case MatmulVariant::kFloat:
+      return weight_type_supported(type);
+    case MatmulVariant::kMma:
+    case MatmulVariant::kQ8:
+      return mma_supports(type);
+    default:
+      return weight_type_supported(type);
+  }
+}
+
+namespace {
+// The default variant per weight type, from the H200 measurements of bench/cuda_matmul_bench
+// (7B layer, 7 matmuls, us for 1 / 16 rows): Q4_K float 144 / 1140, mma 121 / 195, q8 125 / 195;
+// Q6_K float 173 / 1170, mma 199 / 270; Q8_0 float 209 / 2084, mma 236 / 290. mma loses a little
+// at one row on Q5_0/Q6_K/Q8_0 but wins 4-7x on verification and prefill, and a type must use
+// one family for every row count (row invariance). F32/F16/BF16 have no integer kernel.
+MatmulVariant default_variant(DType type) {
+  return mma_supports(type) ? MatmulVariant::kMma : MatmulVariant::kFloat;
+}
+
+MatmulVariant env_variant() {
+  static const MatmulVariant v = [] {
+    const char* env = std::getenv("SALVO_CUDA_MATMUL");
+    return env != nullptr ? variant_from_name(env) : MatmulVariant::kAuto;
+  }();
+  return v;
+}
+
+// matmul()'s own quantized copy of x, for callers that pass float activations only.
+struct Scratch {
+  std::mutex mu;
+  DeviceBuffer q, meta;
+};
+Scratch& scratch() {
+  static Scratch s;
+  return s;
+}
+}  // namespace
+
+MatmulVariant resolve_variant(MatmulVariant requested, DType type) {
+  if (requested != MatmulVariant::kAuto) return requested;
+  const MatmulVariant env = env_variant();
+  if (env != MatmulVariant::kAuto && variant_supports(env, type)) return env;
+  return default_variant(type);
+}
+
 void matmul(const MatmulParams& p, cudaStream_t stream) {
+  const MatmulVariant v = resolve_variant(p.variant, p.type);
+  SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
+  if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
+    const int dp4a_rows = v == MatmulVariant::kQ8 ? 8 : 0;
+    if (p.xq.q != nullptr) return matmul_mma(p, dp4a_rows, stream);
+    Scratch& s = scratch();
+    std::lock_guard<std::mutex> lock(s.mu);
+    const Status st1 = s.q.reserve(p.n_rows * p.n_in);
+    const Status st2 = s.meta.reserve(p.n_rows * (p.n_in / 32) * sizeof(Q8Meta));
+    SALVO_CHECK_MSG(st1.ok() && st2.ok(), "matmul: no device memory for the quantized activations");
+    MatmulParams q = p;
+    q.xq = {s.q.get<int8_t>(), s.meta.get<Q8Meta>(), p.n_rows};
+    quantize_rows(p.x, p.n_rows, p.n_in, s.q.get<int8_t>(), s.meta.get<Q8Meta>(), p.n_rows, stream);
+    return matmul_mma(q, dp4a_rows, stream);
+  }
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
     MatmulParams piece = p;
     piece.x = p.x + r0 * p.n_in;

@@ -1,0 +1,691 @@
+// Block-quantized matrix × skinny activation product on the int8 tensor cores (variant kMma).
+//
+// The activations are quantized per row and 32-element block to int8 (quantize_rows, like
+// ggml's q8_1). A warp owns a tile of 16 output rows and up to 64 activation rows (NT tiles of
+// 8) and walks its share of the weight blocks: per 32-element (sub-)block it unpacks the
+// thread's weight quants straight into the A fragment of mma.sync m16n8k32 (Q6_K, with a scale
+// per 16 elements, uses m16n8k16), multiplies them by the int8 activations exactly in int32 and
+// then applies the block's scales and minimum in float. The weights are unpacked as unsigned
+// values; an offset format (Q4_0: q - 8) subtracts offset × (sum of the activation quants), and a
+// minimum (Q4_1, Q4_K, Q5_K) adds min × d_x × that sum, both exact integers before the float
+// step. Within one k step the pairing of the thread's weight bytes and activation bytes is free
+// (the mma sums the 32 products), so each format uses the layout that makes its loads widest.
+//
+// Row invariance: the integer dot of a block is exact; the float steps of y[r, o] are the same
+// explicit-rounding operations (__fmaf_rn, __fmul_rn, __fadd_rn) in the same order whatever the
+// number of rows: a block's warp (the k slices) depends on the shape only, each warp adds its
+// blocks in increasing order, and the warps' partial sums are added in warp order.
+#include <algorithm>
+
+#include "backends/cuda/dequant.cuh"
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/kernels.h"
+
+namespace salvo::cuda {
+namespace {
+
+// ---- loads -------------------------------------------------------------------------------
+
+// 4 bytes from a 2-byte aligned address (Q4_0, Q5_0, Q8_0 and Q6_K blocks are 18/22/34/210
+// bytes long, so their fields sit at even addresses only).
+__device__ __forceinline__ uint32_t ld_a2(const uint8_t* p) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(p);
+  return static_cast<uint32_t>(__ldg(s)) | (static_cast<uint32_t>(__ldg(s + 1)) << 16);
+}
+__device__ __forceinline__ uint32_t ld_a4(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint32_t*>(p));
+}
+__device__ __forceinline__ uint2 ld_a8(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint2*>(p));
+}
+__device__ __forceinline__ uint4 ld_a16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint4*>(p));
+}
+__device__ __forceinline__ uint16_t ld_u16(const uint8_t* p) {
+  return __ldg(reinterpret_cast<const uint16_t*>(p));
+}
+__device__ __forceinline__ float half_bits(uint32_t h) {
+  return __half2float(__ushort_as_half(static_cast<unsigned short>(h & 0xFFFF)));
+}
+// Bits 0..3 of v to bit 4 of bytes 0..3 (the fifth bit of four Q5_0 quants).
+__device__ __forceinline__ uint32_t spread4(uint32_t v) {
+  return ((v * 0x00204081u) & 0x01010101u) << 4;
+}
+
+// ---- the weight formats ---------------------------------------------------------------------
+// Per format: kElems/kBytes of a block, kK (elements of one mma step: 32, or 16 for Q6_K),
+// kUnit (blocks a warp loads before it computes: enough bytes in flight), kSigned (quants are
+// int8), kOffset (subtracted from each unsigned quant), kMin (a per-block minimum term), kPair8
+// (the thread's activation bytes are elements [8t, 8t + 8) of the step; else [4t, 4t + 4) and
+// [16 + 4t, 20 + 4t), or [4t, 4t + 4) for k16). load() reads the thread's share of one row's
+// block; step() returns the A registers of step s (lo: logical k 4t.., hi: k 16 + 4t..), the
+// scale dw and the min mw (added as mw × d_x × sum of x quants).
+template <DType T>
+struct Fmt;
+
+template <>
+struct Fmt<DType::kQ4_0> {
+  static constexpr int kElems = 32, kBytes = 18, kK = 32, kUnit = 4, kOffset = 8;
+  static constexpr bool kSigned = false, kMin = false, kPair8 = false;
+  struct Raw {
+    uint32_t d, q;
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.d = ld_u16(b);
+    r.q = ld_a2(b + 2 + 4 * t);
+  }
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
+    lo = r.q & 0x0F0F0F0Fu;
+    hi = (r.q >> 4) & 0x0F0F0F0Fu;
+    dw = half_bits(r.d);
+    mw = 0.0f;
+  }
+};
+
+template <>
+struct Fmt<DType::kQ4_1> {
+  static constexpr int kElems = 32, kBytes = 20, kK = 32, kUnit = 4, kOffset = 0;
+  static constexpr bool kSigned = false, kMin = true, kPair8 = false;
+  struct Raw {
+    uint32_t dm, q;
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.dm = ld_a4(b);
+    r.q = ld_a4(b + 4 + 4 * t);
+  }
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
+    lo = r.q & 0x0F0F0F0Fu;
+    hi = (r.q >> 4) & 0x0F0F0F0Fu;
+    dw = half_bits(r.dm);
+    mw = half_bits(r.dm >> 16);
+  }
+};
+
+template <>
+struct Fmt<DType::kQ5_0> {
+  static constexpr int kElems = 32, kBytes = 22, kK = 32, kUnit = 4, kOffset = 16;
+  static constexpr bool kSigned = false, kMin = false, kPair8 = false;
+  struct Raw {
+    uint32_t d, qh, q;
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.d = ld_u16(b);
+    r.qh = ld_a2(b + 2);
+    r.q = ld_a2(b + 6 + 4 * t);
+  }
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw,
+                              int t) {
+    lo = (r.q & 0x0F0F0F0Fu) | spread4((r.qh >> (4 * t)) & 0xF);
+    hi = ((r.q >> 4) & 0x0F0F0F0Fu) | spread4((r.qh >> (16 + 4 * t)) & 0xF);
+    dw = half_bits(r.d);
+    mw = 0.0f;
+  }
+};
+
+template <>
+struct Fmt<DType::kQ8_0> {
+  static constexpr int kElems = 32, kBytes = 34, kK = 32, kUnit = 4, kOffset = 0;
+  static constexpr bool kSigned = true, kMin = false, kPair8 = true;
+  struct Raw {
+    uint32_t d, q0, q1;
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.d = ld_u16(b);
+    r.q0 = ld_a2(b + 2 + 8 * t);
+    r.q1 = ld_a2(b + 6 + 8 * t);
+  }
+  __device__ static void step(const Raw& r, int, uint32_t& lo, uint32_t& hi, float& dw, float& mw) {
+    lo = r.q0;
+    hi = r.q1;
+    dw = half_bits(r.d);
+    mw = 0.0f;
+  }
+};
+
+// ggml's get_scale_min_k4 on the 12 scale bytes held in three words.
+__device__ __forceinline__ void scale_min_k4(int j, uint32_t s0, uint32_t s1, uint32_t s2, int& d,
+                                             int& m) {
+  const uint32_t w[3] = {s0, s1, s2};
+  auto byte = [&](int i) { return static_cast<int>((w[i / 4] >> (8 * (i % 4))) & 0xFF); };
+  if (j < 4) {
+    d = byte(j) & 63;
+    m = byte(j + 4) & 63;
+  } else {
+    d = (byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4);
+    m = (byte(j + 4) >> 4) | ((byte(j) >> 6) << 4);
+  }
+}
+
+// Q4_K and Q5_K: 64-element group j holds elements 64j + l (low nibble of qs[32j + l]) and
+// 64j + 32 + l (high nibble); the thread takes l in [8t, 8t + 8), so one 8-byte load feeds the
+// two steps (sub-blocks 2j and 2j + 1) of the group.
+template <>
+struct Fmt<DType::kQ4_K> {
+  static constexpr int kElems = 256, kBytes = 144, kK = 32, kUnit = 1, kOffset = 0;
+  static constexpr bool kSigned = false, kMin = true, kPair8 = true;
+  struct Raw {
+    uint4 hdr;
+    uint2 q[4];
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.hdr = ld_a16(b);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = ld_a8(b + 16 + 32 * j + 8 * t);
+  }
+  __device__ static void step(const Raw& r, int s, uint32_t& lo, uint32_t& hi, float& dw,
+                              float& mw) {
+    const int shift = 4 * (s & 1);
+    lo = (r.q[s / 2].x >> shift) & 0x0F0F0F0Fu;
+    hi = (r.q[s / 2].y >> shift) & 0x0F0F0F0Fu;
+    int sc, m;
+    scale_min_k4(s, r.hdr.y, r.hdr.z, r.hdr.w, sc, m);
+    dw = __fmul_rn(half_bits(r.hdr.x), static_cast<float>(sc));
+    mw = -__fmul_rn(half_bits(r.hdr.x >> 16), static_cast<float>(m));
+  }
+};
+
+template <>
+struct Fmt<DType::kQ5_K> {
+  static constexpr int kElems = 256, kBytes = 176, kK = 32, kUnit = 1, kOffset = 0;
+  static constexpr bool kSigned = false, kMin = true, kPair8 = true;
+  struct Raw {
+    uint4 hdr;
+    uint2 qh;
+    uint2 q[4];
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+    r.hdr = ld_a16(b);
+    r.qh = ld_a8(b + 16 + 8 * t);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) r.q[j] = ld_a8(b + 48 + 32 * j + 8 * t);
+  }
+  __device__ static void step(const Raw& r, int s, uint32_t& lo, uint32_t& hi, float& dw,
+                              float& mw) {
+    const int shift = 4 * (s & 1);
+    lo = ((r.q[s / 2].x >> shift) & 0x0F0F0F0Fu) | (((r.qh.x >> s) & 0x01010101u) << 4);
+    hi = ((r.q[s / 2].y >> shift) & 0x0F0F0F0Fu) | (((r.qh.y >> s) & 0x01010101u) << 4);
+    int sc, m;
+    scale_min_k4(s, r.hdr.y, r.hdr.z, r.hdr.w, sc, m);
+    dw = __fmul_rn(half_bits(r.hdr.x), static_cast<float>(sc));
+    mw = -__fmul_rn(half_bits(r.hdr.x >> 16), static_cast<float>(m));
+  }
+};
+
+// Q6_K: 16 steps of 16 elements, step s = elements [16s, 16s + 16) with the int8 scale sc[s].
+// Half n = s / 8, quarter qq = (s % 8) / 2 of that half, l = 16 (s % 2) + 4t + i: the low four
+// bits are nibble (qq >= 2) of ql[64n + 32 (qq & 1) + l], the high two bits of
+// qh[32n + l] >> 2qq. The thread keeps l in [4t, 4t + 4) and [16 + 4t, 20 + 4t).
+template <>
+struct Fmt<DType::kQ6_K> {
+  static constexpr int kElems = 256, kBytes = 210, kK = 16, kUnit = 1, kOffset = 32;
+  static constexpr bool kSigned = false, kMin = false, kPair8 = false;
+  struct Raw {
+    uint32_t ql[8], qh[4], sc[4], d;
+  };
+  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+#pragma unroll
+    for (int n = 0; n < 2; ++n) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        r.ql[4 * n + 2 * 0 + h] = ld_a2(b + 64 * n + 16 * h + 4 * t);
+        r.ql[4 * n + 2 * 1 + h] = ld_a2(b + 64 * n + 32 + 16 * h + 4 * t);
+        r.qh[2 * n + h] = ld_a2(b + 128 + 32 * n + 16 * h + 4 * t);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 4; ++i) r.sc[i] = ld_a2(b + 192 + 4 * i);
+    r.d = ld_u16(b + 208);
+  }
+  __device__ static void step(const Raw& r, int s, uint32_t& a, float& dw) {
+    const int n = s / 8, qq = (s % 8) / 2, h = s % 2;
+    const uint32_t ql = r.ql[4 * n + 2 * (qq & 1) + h];
+    const uint32_t nib = qq >= 2 ? (ql >> 4) & 0x0F0F0F0Fu : ql & 0x0F0F0F0Fu;
+    a = nib | (((r.qh[2 * n + h] >> (2 * qq)) & 0x03030303u) << 4);
+    const int sc = static_cast<int8_t>((r.sc[s / 4] >> (8 * (s % 4))) & 0xFF);
+    dw = __fmul_rn(half_bits(r.d), static_cast<float>(sc));
+  }
+};
+
+// Q5_0's step needs the lane's t; the others ignore it.
+template <DType T>
+__device__ __forceinline__ void fmt_step(const typename Fmt<T>::Raw& r, int s, int t, uint32_t& lo,
+                                         uint32_t& hi, float& dw, float& mw) {
+  if constexpr (T == DType::kQ5_0) {
+    Fmt<T>::step(r, s, lo, hi, dw, mw, t);
+  } else {
+    Fmt<T>::step(r, s, lo, hi, dw, mw);
+  }
+}
+
+// ---- mma -----------------------------------------------------------------------------------
+
+template <bool kSigned>
+__device__ __forceinline__ void mma_k32(int c[4], uint32_t a0, uint32_t a1, uint32_t a2,
+                                        uint32_t a3, uint32_t b0, uint32_t b1) {
+  if constexpr (kSigned) {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+        "{%8,%9}, {%0,%1,%2,%3};"
+        : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+__device__ __forceinline__ void mma_k16_u8(int c[4], uint32_t a0, uint32_t a1, uint32_t b0) {
+  asm("mma.sync.aligned.m16n8k16.row.col.s32.u8.s8.s32 {%0,%1,%2,%3}, {%4,%5}, {%6}, "
+      "{%0,%1,%2,%3};"
+      : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+      : "r"(a0), "r"(a1), "r"(b0));
+}
+
+struct MmaArgs {
+  const uint8_t* w;
+  int64_t row_bytes;
+  int n_out, n_in, n_rows;
+  const int8_t* xq;
+  const Q8Meta* meta;
+  int64_t meta_stride;
+  float* y;
+  const float* bias;
+};
+
+constexpr int kMaxSlices = 8;  // warps per block, each a slice of the weight blocks
+
+// One block step (all kK-element steps of one weight block) for the warp's 16 × 8NT tile.
+template <DType T, int NT>
+__device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt<T>::Raw& r0,
+                                            const typename Fmt<T>::Raw& r1, int blk, int g, int t,
+                                            float (&acc)[NT][4]) {
+  using F = Fmt<T>;
+#pragma unroll
+  for (int s = 0; s < F::kElems / F::kK; ++s) {
+    const int es = blk * F::kElems + s * F::kK;  // first element of the step
+    uint32_t a[4];
+    float dw[2], mw[2] = {0.0f, 0.0f};
+    if constexpr (F::kK == 32) {
+      fmt_step<T>(r0, s, t, a[0], a[2], dw[0], mw[0]);
+      fmt_step<T>(r1, s, t, a[1], a[3], dw[1], mw[1]);
+    } else {
+      F::step(r0, s, a[0], dw[0]);
+      F::step(r1, s, a[1], dw[1]);
+    }
+    const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      const int rb = 8 * nt + g;  // the activation row of this lane's B fragment
+      uint32_t b0 = 0, b1 = 0;
+      if (rb < p.n_rows) {
+        const int8_t* xr = p.xq + static_cast<int64_t>(rb) * p.n_in + es;
+        if constexpr (F::kK == 16) {
+          b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
+        } else if constexpr (F::kPair8) {
+          const uint2 v = *reinterpret_cast<const uint2*>(xr + 8 * t);
+          b0 = v.x;
+          b1 = v.y;
+        } else {
+          b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
+          b1 = *reinterpret_cast<const uint32_t*>(xr + 16 + 4 * t);
+        }
+      }
+      int c[4] = {0, 0, 0, 0};
+      if constexpr (F::kK == 16) {
+        mma_k16_u8(c, a[0], a[1], b0);
+      } else {
+        mma_k32<F::kSigned>(c, a[0], a[1], a[2], a[3], b0, b1);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const int col = 8 * nt + 2 * t + j;  // the activation row of c[j] and c[2 + j]
+        float dx = 0.0f;
+        int xs = 0;
+        if (col < p.n_rows) {
+          const Q8Meta m = meta[col];
+          dx = m.d;
+          if constexpr (F::kK == 16) {
+            xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
+          } else {
+            xs = m.sum_lo + m.sum_hi;
+          }
+        }
+        const float dxs = __fmul_rn(dx, static_cast<float>(xs));
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // output rows g and g + 8
+          float& out = acc[nt][2 * h + j];
+          const int isum = c[2 * h + j] - F::kOffset * xs;
+          out = __fmaf_rn(__fmul_rn(dw[h], dx), static_cast<float>(isum), out);
+          if constexpr (F::kMin) out = __fmaf_rn(mw[h], dxs, out);
+        }
+      }
+    }
+  }
+}
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(32 * kMaxSlices) mma_kernel(MmaArgs p) {
+  using F = Fmt<T>;
+  const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int g = lane / 4, t = lane % 4;
+  const int o_base = blockIdx.x * 16;
+  // Rows past n_out (a partial last tile) read the last row and are not written.
+  const int o0 = min(o_base + g, p.n_out - 1), o1 = min(o_base + g + 8, p.n_out - 1);
+  const uint8_t* w0 = p.w + static_cast<int64_t>(o0) * p.row_bytes;
+  const uint8_t* w1 = p.w + static_cast<int64_t>(o1) * p.row_bytes;
+  const int n_blocks = p.n_in / F::kElems;
+  const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
+
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
+  }
+  // Warp w takes units w, w + n_warps, ...: the warps of a block read neighbouring bytes. (A
+  // contiguous run per warp with the next unit prefetched measured slower on the H200: 28.7
+  // against 24.9 us on the 7B gate matrix, Q4_K.)
+  for (int u = warp; u < n_units; u += n_warps) {
+    typename F::Raw r0[F::kUnit], r1[F::kUnit];
+#pragma unroll
+    for (int i = 0; i < F::kUnit; ++i) {
+      const int blk = u * F::kUnit + i;
+      if (blk < n_blocks) {
+        F::load(w0 + static_cast<int64_t>(blk) * F::kBytes, t, r0[i]);
+        F::load(w1 + static_cast<int64_t>(blk) * F::kBytes, t, r1[i]);
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < F::kUnit; ++i) {
+      const int blk = u * F::kUnit + i;
+      if (blk < n_blocks) block_steps<T, NT>(p, r0[i], r1[i], blk, g, t, acc);
+    }
+  }
+
+  // The warps' partial sums, added in warp order, one n tile at a time.
+  __shared__ float partial[kMaxSlices][4][32];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if (n_warps > 1) {
+      if (warp > 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) partial[warp][i][lane] = acc[nt][i];
+      }
+      __syncthreads();
+      if (warp == 0) {
+        for (int w = 1; w < n_warps; ++w) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], partial[w][i][lane]);
+        }
+      }
+      __syncthreads();
+    }
+    if (warp == 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int o = o_base + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
+        if (o < p.n_out && col < p.n_rows) {
+          float v = acc[nt][i];
+          if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o]);
+          p.y[static_cast<int64_t>(col) * p.n_out + o] = v;
+        }
+      }
+    }
+  }
+}
+
+// ---- dp4a (few rows) ------------------------------------------------------------------------
+// The same arithmetic without the tensor cores, for 1..8 rows, where an m16n8 tile would scale
+// 128 sums to use 16 or fewer: a lane owns one output row and computes the integer dot of each
+// step itself (the four "t" shares of the mma layout in turn, with dp4a), then applies exactly
+// the float steps of mma_kernel in the same order, and the warps (the same k slices) are added
+// in the same order. So both kernels give the same bits, and one family serves every R (the
+// bench's and cuda_ops_test's row-invariance checks of variant q8 compare the two kernels).
+// Not yet faster: on the H200 a 7B Q4_K layer takes 125 us at one row against mma's 121, and
+// 3x longer at 8 rows. Its loads reuse Fmt::load four times per lane (8-byte loads from 32
+// different rows per instruction); wide per-row loads are the next step.
+
+template <bool kSigned>
+__device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
+  int d;
+  if constexpr (kSigned) {
+    asm("dp4a.s32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  } else {
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+  }
+  return d;
+}
+
+template <DType T, int R>
+__global__ void __launch_bounds__(32 * kMaxSlices) dp4a_kernel(MmaArgs p) {
+  using F = Fmt<T>;
+  const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int o_raw = blockIdx.x * 32 + lane, o = min(o_raw, p.n_out - 1);
+  const uint8_t* wr = p.w + static_cast<int64_t>(o) * p.row_bytes;
+  const int n_blocks = p.n_in / F::kElems;
+  const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
+  float acc[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+  for (int u = warp; u < n_units; u += n_warps) {
+    for (int i = 0; i < F::kUnit; ++i) {
+      const int blk = u * F::kUnit + i;
+      if (blk >= n_blocks) break;
+      typename F::Raw raw[4];
+#pragma unroll
+      for (int t = 0; t < 4; ++t) F::load(wr + static_cast<int64_t>(blk) * F::kBytes, t, raw[t]);
+#pragma unroll
+      for (int s = 0; s < F::kElems / F::kK; ++s) {
+        const int es = blk * F::kElems + s * F::kK;
+        uint32_t lo[4], hi[4] = {0, 0, 0, 0};
+        float dw = 0.0f, mw = 0.0f;
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          if constexpr (F::kK == 32) {
+            fmt_step<T>(raw[t], s, t, lo[t], hi[t], dw, mw);
+          } else {
+            F::step(raw[t], s, lo[t], dw);
+          }
+        }
+        const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          if (r >= p.n_rows) break;
+          const int8_t* xr = p.xq + static_cast<int64_t>(r) * p.n_in + es;
+          int c = 0;
+          if constexpr (F::kK == 16) {
+            const uint4 v = *reinterpret_cast<const uint4*>(xr);
+            c = dp4a<false>(lo[0], v.x, c);
+            c = dp4a<false>(lo[1], v.y, c);
+            c = dp4a<false>(lo[2], v.z, c);
+            c = dp4a<false>(lo[3], v.w, c);
+          } else {
+            const uint4 v0 = *reinterpret_cast<const uint4*>(xr);
+            const uint4 v1 = *reinterpret_cast<const uint4*>(xr + 16);
+            const uint32_t xw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+            for (int t = 0; t < 4; ++t) {
+              if constexpr (F::kPair8) {  // elements [8t, 8t + 4) and [8t + 4, 8t + 8)
+                c = dp4a<F::kSigned>(lo[t], xw[2 * t], c);
+                c = dp4a<F::kSigned>(hi[t], xw[2 * t + 1], c);
+              } else {  // elements [4t, 4t + 4) and [16 + 4t, 20 + 4t)
+                c = dp4a<F::kSigned>(lo[t], xw[t], c);
+                c = dp4a<F::kSigned>(hi[t], xw[4 + t], c);
+              }
+            }
+          }
+          const Q8Meta m = meta[r];
+          int xs;
+          if constexpr (F::kK == 16) {
+            xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
+          } else {
+            xs = m.sum_lo + m.sum_hi;
+          }
+          const float dxs = __fmul_rn(m.d, static_cast<float>(xs));
+          const int isum = c - F::kOffset * xs;
+          acc[r] = __fmaf_rn(__fmul_rn(dw, m.d), static_cast<float>(isum), acc[r]);
+          if constexpr (F::kMin) acc[r] = __fmaf_rn(mw, dxs, acc[r]);
+        }
+      }
+    }
+  }
+  __shared__ float partial[kMaxSlices][R][32];
+  if (warp > 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
+  }
+  __syncthreads();
+  if (warp != 0) return;
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    if (r >= p.n_rows) break;
+    float v = acc[r];
+    for (int w = 1; w < n_warps; ++w) v = __fadd_rn(v, partial[w][r][lane]);
+    if (o_raw < p.n_out) {
+      if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o_raw]);
+      p.y[static_cast<int64_t>(r) * p.n_out + o_raw] = v;
+    }
+  }
+}
+
+int sm_count() {
+  static const int n = [] {
+    int dev = 0, count = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+      return 132;
+    }
+    return count;
+  }();
+  return n;
+}
+
+// Warps (k slices) per block: a function of the shape alone (never of the rows, which would
+// change the order of the float sums): about 24 warps per SM where the output tiles alone
+// cannot fill the GPU, each warp keeping at least two units.
+template <DType T>
+int slices(int n_out, int n_in) {
+  using F = Fmt<T>;
+  const int tiles = (n_out + 15) / 16;
+  const int units = (n_in / F::kElems + F::kUnit - 1) / F::kUnit;
+  int s = 1;
+  while (s < kMaxSlices && 2 * s <= units && tiles * s < 24 * sm_count()) s *= 2;
+  return s;
+}
+
+template <DType T, int NT>
+void launch(const MmaArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.n_out + 15) / 16);
+  mma_kernel<T, NT><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
+}
+
+template <DType T, int R>
+void launch_dp4a(const MmaArgs& a, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>((a.n_out + 31) / 32);
+  dp4a_kernel<T, R><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
+}
+
+template <DType T>
+void launch_rows(const MmaArgs& a, int dp4a_rows, cudaStream_t stream) {
+  if (a.n_rows <= dp4a_rows) {
+    if (a.n_rows <= 1) return launch_dp4a<T, 1>(a, stream);
+    if (a.n_rows <= 2) return launch_dp4a<T, 2>(a, stream);
+    if (a.n_rows <= 4) return launch_dp4a<T, 4>(a, stream);
+    return launch_dp4a<T, 8>(a, stream);
+  }
+  if (a.n_rows <= 8) return launch<T, 1>(a, stream);
+  if (a.n_rows <= 16) return launch<T, 2>(a, stream);
+  if (a.n_rows <= 32) return launch<T, 4>(a, stream);
+  return launch<T, 8>(a, stream);
+}
+
+// ---- activation quantization ----------------------------------------------------------------
+
+// One warp per 32-element block of a row.
+__global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, int8_t* q,
+                                Q8Meta* meta, int64_t meta_stride) {
+  const int64_t n_blocks = n_in / 32;
+  const int64_t id = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (id >= n_rows * n_blocks) return;
+  const int64_t r = id / n_blocks, b = id % n_blocks;
+  const float v = x[r * n_in + 32 * b + lane];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
+  const float d = __fdiv_rn(amax, 127.0f);
+  const int qv = d > 0.0f ? max(-127, min(127, __float2int_rn(__fdiv_rn(v, d)))) : 0;
+  q[r * n_in + 32 * b + lane] = static_cast<int8_t>(qv);
+  int s = qv;
+#pragma unroll
+  for (int off = 8; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);  // per half
+  const int hi = __shfl_sync(0xffffffffu, s, 16);
+  if (lane == 0) {
+    meta[b * meta_stride + r] = {d, static_cast<int16_t>(s), static_cast<int16_t>(hi)};
+  }
+}
+
+struct LaunchMma {
+  const MmaArgs& a;
+  int dp4a_rows;
+  cudaStream_t stream;
+  template <DType T>
+  void operator()() const {
+    if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
+                  T == DType::kQ8_0 || T == DType::kQ4_K || T == DType::kQ5_K ||
+                  T == DType::kQ6_K) {
+      launch_rows<T>(a, dp4a_rows, stream);
+    } else {
+      SALVO_CHECK_MSG(false, "matmul_mma: weight type without an mma kernel");
+    }
+  }
+};
+
+}  // namespace
+
+bool mma_supports(DType type) {
+  switch (type) {
+    case DType::kQ4_0:
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ8_0:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+    case DType::kQ6_K:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
+                   int64_t meta_stride, cudaStream_t stream) {
+  SALVO_CHECK(n_in % 32 == 0 && meta_stride >= n_rows);
+  const int64_t threads = n_rows * n_in;  // one per element
+  if (threads == 0) return;
+  constexpr int kBlock = 256;
+  quantize_kernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
+      x, n_rows, n_in, q, meta, meta_stride);
+}
+
+void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream) {
+  SALVO_CHECK(dp4a_rows <= 8);
+  SALVO_CHECK(p.xq.q != nullptr && p.xq.meta != nullptr && p.xq.meta_stride >= p.n_rows);
+  for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
+    MmaArgs a;
+    a.w = static_cast<const uint8_t*>(p.w);
+    a.row_bytes = static_cast<int64_t>(row_bytes(p.type, p.n_in));
+    a.n_out = static_cast<int>(p.n_out);
+    a.n_in = static_cast<int>(p.n_in);
+    a.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
+    a.xq = p.xq.q + r0 * p.n_in;
+    a.meta = p.xq.meta + r0;
+    a.meta_stride = p.xq.meta_stride;
+    a.y = p.y + r0 * p.n_out;
+    a.bias = p.bias;
+    dispatch_weight_type(p.type, LaunchMma{a, dp4a_rows, stream});
+  }
+}
+
+}  // namespace salvo::cuda
