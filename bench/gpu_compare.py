@@ -37,7 +37,8 @@ def main():
     for stem in stems:
         b = json.load(open(f"{work}/bench_{stem}.json"))
         s = {x["test"]: x["tps_mean"] for x in b["results"]}
-        ll = llama_figures(f"{work}/llama_{stem}.json")
+        # stem@variant: salvo with SALVO_CUDA_MATMUL=variant, against the same llama.cpp run.
+        ll = llama_figures(f"{work}/llama_{stem.split('@')[0]}.json")
         v = {x["rows"]: x["ratio_to_1"] for x in b.get("verify", [])}
         gbps = b["weight_gbps"]
         print(f"| {stem} | {ll.get('pp512', 0):.0f} | {s.get('pp512', 0):.0f} | "

@@ -7,7 +7,7 @@
 # verification, and prints a summary table. Exits non-zero when a check fails.
 #
 #   scripts/gpu_check.sh [--deps DIR] [--tokenizers DIR] [--work DIR] [--quick]
-#                        [--real DIR] [--llamacpp SRC.tar.gz]
+#                        [--real DIR] [--llamacpp SRC.tar.gz] [--phase tests|bench|all]
 #
 # --deps: header-only dependencies and googletest sources from scripts/gpu_pack.sh, for machines
 # without the -dev packages. --tokenizers: smollm2.gguf and qwen2.gguf with the real models'
@@ -15,16 +15,19 @@
 # --real: a folder with real GGUF files (smollm2-135m.gguf, qwen2.5-coder-1.5b.gguf, ...), which
 # join the tests and the benchmarks. --llamacpp: llama.cpp's source (scripts/llamacpp_source.sh);
 # llama-bench is built with CUDA (unless WORK already holds it) and measured on the same models,
-# and the summary prints salvo's ratios to it and its share of the HBM bandwidth.
+# and the summary prints salvo's ratios to it and its share of the HBM bandwidth. --phase: the
+# checks only (tests) or the benchmarks only (bench), e.g. to keep the timings away from other
+# GPU work; both build first (incrementally).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-deps="" tok="$root/tok" work=/tmp/salvo_gpu quick=0 real="" llamacpp=""
+deps="" tok="$root/tok" work=/tmp/salvo_gpu quick=0 real="" llamacpp="" phase=all
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$2; shift 2 ;;
     --tokenizers) tok=$2; shift 2 ;;
     --work) work=$2; shift 2 ;;
     --quick) quick=1; shift ;;
+    --phase) phase=$2; shift 2 ;;
     --real) real=$2; shift 2 ;;
     --llamacpp) llamacpp=$2; shift 2 ;;
     *) echo "gpu_check.sh: unknown argument '$1'" >&2; exit 2 ;;
@@ -64,7 +67,6 @@ gen qwen2.5-0.5b-mixed qwen2.5-0.5b mixed qwen2
 [[ $quick == 1 ]] || gen qwen2.5-7b-q4_k_m qwen2.5-7b q4_k_m qwen2
 m=$work/models
 
-log "ctest -L cuda"
 real_models=()
 if [[ -n $real ]]; then
   for name in smollm2-135m qwen2.5-coder-1.5b qwen2.5-coder-0.5b gemma3-270m; do
@@ -72,6 +74,8 @@ if [[ -n $real ]]; then
   done
 fi
 echo "real models: ${real_models[*]:-none}"
+if [[ $phase != bench ]]; then
+log "ctest -L cuda"
 export SALVO_CUDA_TEST_MODELS="$m/smollm2-135m-q4_1.gguf:$m/qwen2.5-0.5b-mixed.gguf:$m/qwen2.5-1.5b-q4_k_m.gguf"
 for name in "${real_models[@]}"; do SALVO_CUDA_TEST_MODELS+=":$m/$name.gguf"; done
 # cuda_dflash_test writes a random DFlash drafter per model here (used by the CLI check below).
@@ -130,6 +134,9 @@ PY
   done
 done
 
+fi  # tests
+
+if [[ $phase != tests ]]; then
 log "benchmarks (salvo bench --device cuda)"
 reps=5
 [[ $quick == 1 ]] && reps=2
@@ -141,6 +148,9 @@ done
 for model in "${bench_models[@]}"; do
   "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 -r "$reps" --verify --json \
     >"$work/bench_$model.json"
+  # The previous float kernel for every weight type, for comparison (model@float in the summary).
+  SALVO_CUDA_MATMUL=float "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 \
+    -r "$reps" --verify --json >"$work/bench_$model@float.json"
 done
 
 log "HBM bandwidth"
@@ -157,7 +167,11 @@ if [[ -n $llamacpp ]]; then
 fi
 
 log "summary"
-python3 "$root/bench/gpu_compare.py" "$work" "$hbm" "${bench_models[@]}"
+stems=()
+for model in "${bench_models[@]}"; do stems+=("$model" "$model@float"); done
+python3 "$root/bench/gpu_compare.py" "$work" "$hbm" "${stems[@]}"
+
+fi  # bench
 
 if [[ ${#failures[@]} -gt 0 ]]; then
   printf '\nFAILED: %s\n' "${failures[@]}"

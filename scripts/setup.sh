@@ -53,16 +53,23 @@ if [ "$mode" = test ]; then
     python3 -m pip install -q --disable-pip-version-check "${py_missing[@]}"
   fi
   # llama.cpp's AMX matmul (compiled in by -march=native on Sapphire Rapids) segfaults on this
-  # kind of machine, so the peer is built for the same ISA salvo dispatches to: AVX-512 + VNNI,
-  # no AMX. A marker file records that the installed copy was built this way.
+  # kind of machine, so the peer is built for the ISA extensions the CPU reports, without AMX:
+  # each GGML_* option is on only when /proc/cpuinfo lists its flag (AMD EPYC machines have
+  # AVX-512 VNNI but not AVX-VNNI, which would be an illegal instruction there). A marker file
+  # records the options the installed copy was built with; other options rebuild it.
+  cpu_flags=" $(grep -m1 '^flags' /proc/cpuinfo 2>/dev/null | cut -d: -f2) "
+  llama_args="-DGGML_NATIVE=OFF"
+  for pair in avx:AVX avx2:AVX2 fma:FMA f16c:F16C bmi2:BMI2 avx512f:AVX512 avx512vbmi:AVX512_VBMI \
+    avx512_vnni:AVX512_VNNI avx512_bf16:AVX512_BF16 avx_vnni:AVX_VNNI; do
+    flag=${pair%%:*} option=${pair#*:}
+    if [[ $cpu_flags == *" $flag "* ]]; then llama_args+=" -DGGML_$option=ON"; else llama_args+=" -DGGML_$option=OFF"; fi
+  done
   marker=$(python3 -c "import site; print(site.getsitepackages()[0])")/llama_cpp_salvo_build
-  if ! python3 -c "import llama_cpp" 2>/dev/null || [ ! -f "$marker" ]; then
-    echo "setup: building llama-cpp-python ${LLAMA_CPP_VERSION} (several minutes, once)"
-    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON \
--DGGML_BMI2=ON -DGGML_AVX512=ON -DGGML_AVX512_VBMI=ON -DGGML_AVX512_VNNI=ON -DGGML_AVX512_BF16=ON \
--DGGML_AVX_VNNI=ON" python3 -m pip install -q --disable-pip-version-check --force-reinstall \
+  if ! python3 -c "import llama_cpp" 2>/dev/null || [ "$(cat "$marker" 2>/dev/null)" != "$llama_args" ]; then
+    echo "setup: building llama-cpp-python ${LLAMA_CPP_VERSION} (several minutes, once): $llama_args"
+    CMAKE_ARGS="$llama_args" python3 -m pip install -q --disable-pip-version-check --force-reinstall \
       --no-deps --no-cache-dir "llama-cpp-python==${LLAMA_CPP_VERSION}"
     python3 -m pip install -q --disable-pip-version-check "llama-cpp-python==${LLAMA_CPP_VERSION}"
-    touch "$marker"
+    echo "$llama_args" >"$marker"
   fi
 fi
