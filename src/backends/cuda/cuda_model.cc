@@ -1,8 +1,9 @@
-// CudaModel: the llama / qwen2 forward pass on the GPU. The weights of the loaded CPU model are
-// uploaded once in their GGUF formats; activations are float32 on the device; K/V rows live in
-// a device cache attached to the caller's KvCache as its mirror, so the session's commit() and
-// truncate() keep working unchanged. A pass is one stream of kernel launches, captured as a CUDA
-// graph per (rows, logit rows, cache) shape and replayed; the host waits once, for the logits.
+// CudaModel: the forward pass on the GPU (llama / qwen2 here, gemma3 behind a DevicePass in
+// cuda_gemma3.cc). The weights of the loaded CPU model are uploaded once in their GGUF formats;
+// activations are float32 on the device; K/V rows live in a device cache attached to the
+// caller's KvCache as its mirror, so the session's commit() and truncate() keep working
+// unchanged. A pass is one stream of kernel launches, captured as a CUDA graph per (rows, logit
+// rows, cache) shape and replayed; the host waits once, for the logits.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
@@ -14,15 +15,44 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
+#include "models/gemma3.h"
 #include "models/llama.h"
 
 namespace salvo::cuda {
-namespace {
 
-struct DeviceLinear {
-  MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
-};
+Status DeviceWeights::upload_tensor(const void* host, size_t bytes, const void** device) {
+  DeviceBuffer& buf = buffers_.emplace_back();
+  SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
+  SALVO_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "weight upload"));
+  *device = buf.get();
+  return Status();
+}
+
+Status DeviceWeights::upload_vector(const float* host, int64_t n, const float** device) {
+  const void* d = nullptr;
+  SALVO_RETURN_IF_ERROR(upload_tensor(host, n * sizeof(float), &d));
+  *device = static_cast<const float*>(d);
+  return Status();
+}
+
+Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+  if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
+    return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
+                         std::to_string(w.n_in) + " columns has no CUDA kernel");
+  }
+  MatmulParams& p = out->shape;
+  p.type = w.type;
+  p.n_out = w.n_out;
+  p.n_in = w.n_in;
+  SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
+  if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
+  return Status();
+}
+
+namespace {
 
 struct DeviceLayer {
   const float* attn_norm = nullptr;
@@ -95,13 +125,20 @@ class CudaModel : public Model {
 
   static Expected<std::unique_ptr<Model>> create(std::unique_ptr<Model> cpu_model) {
     const auto* llama = dynamic_cast<const LlamaModel*>(cpu_model.get());
-    if (llama == nullptr) {
-      return Status::error("architecture '" + cpu_model->config().arch +
-                           "' has no CUDA forward pass yet (supported on CUDA: llama, qwen2)");
+    const auto* gemma3 = dynamic_cast<const Gemma3Model*>(cpu_model.get());
+    if (llama == nullptr && gemma3 == nullptr) {
+      return Status::error(
+          "architecture '" + cpu_model->config().arch +
+          "' has no CUDA forward pass yet (supported on CUDA: llama, qwen2, gemma3)");
     }
     std::unique_ptr<CudaModel> m(new CudaModel());
     m->share_file_and_config(*cpu_model);
-    SALVO_RETURN_IF_ERROR(m->upload(*llama));
+    SALVO_RETURN_IF_ERROR(m->prepare_device());
+    if (llama != nullptr) {
+      SALVO_RETURN_IF_ERROR(m->upload(*llama));
+    } else {
+      SALVO_ASSIGN_OR_RETURN(m->arch_pass_, upload_gemma3(*gemma3, m->weights_));
+    }
     m->use_graphs_ = std::getenv("SALVO_CUDA_GRAPHS") == nullptr ||
                      std::string(std::getenv("SALVO_CUDA_GRAPHS")) != "0";
     return std::unique_ptr<Model>(std::move(m));
@@ -153,44 +190,26 @@ class CudaModel : public Model {
  private:
   CudaModel() = default;
 
-  Status upload_tensor(const void* host, size_t bytes, const void** device) {
-    DeviceBuffer& buf = weights_.emplace_back();
-    SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
-    SALVO_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "weight upload"));
-    *device = buf.get();
-    return Status();
-  }
-
-  Status upload_vector(const float* host, int64_t n, const float** device) {
-    const void* d = nullptr;
-    SALVO_RETURN_IF_ERROR(upload_tensor(host, n * sizeof(float), &d));
-    *device = static_cast<const float*>(d);
-    return Status();
-  }
-
-  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
-    if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
-      return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
-                           std::to_string(w.n_in) + " columns has no CUDA kernel");
-    }
-    MatmulParams& p = out->shape;
-    p.type = w.type;
-    p.n_out = w.n_out;
-    p.n_in = w.n_in;
-    SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
-    if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
-    return Status();
-  }
-
-  Status upload(const LlamaModel& cpu) {
+  // Checks what every architecture's pass needs of the device and the shapes; creates the stream.
+  Status prepare_device() {
     const ModelConfig& c = config_;
     if (c.head_dim > 256 || c.head_dim_v > 256) {
       return Status::error("head size " + std::to_string(c.head_dim) +
                            " exceeds the CUDA attention kernel's 256");
     }
     SALVO_RETURN_IF_ERROR(check_available());
-    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    return cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  }
+
+  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+    return weights_.upload_matrix(w, bias, out);
+  }
+  Status upload_vector(const float* host, int64_t n, const float** device) {
+    return weights_.upload_vector(host, n, device);
+  }
+
+  Status upload(const LlamaModel& cpu) {
+    const ModelConfig& c = config_;
     SALVO_RETURN_IF_ERROR(upload_matrix(cpu.token_embd(), nullptr, &token_embd_));
     if (cpu.output().data == cpu.token_embd().data) {
       output_ = token_embd_;
@@ -277,15 +296,44 @@ class CudaModel : public Model {
   }
 
   void linear(const DeviceLinear& l, const float* x, int n, float* y) {
-    MatmulParams p = l.shape;
-    p.x = x;
-    p.n_rows = n;
-    p.y = y;
-    matmul(p, stream_);
+    cuda::linear(l, x, n, y, stream_);
+  }
+
+  // The pass of an architecture behind a DevicePass, on this model's buffers.
+  void enqueue_arch_pass(int n, int n_logits, const DeviceKvCache& dev_kv) {
+    const int32_t* meta = meta_.get<int32_t>();
+    std::vector<KvLayerView> kv(config_.n_layer);
+    for (int il = 0; il < config_.n_layer; ++il) kv[il] = dev_kv.layer(il);
+    arch_pass_->enqueue({.n = n,
+                         .n_logits = n_logits,
+                         .tokens = meta,
+                         .positions = meta + n,
+                         .logit_rows = meta + 5 * n,
+                         .batch = {.n_rows = n,
+                                   .seq = meta + 2 * n,
+                                   .pos = meta + n,
+                                   .slot = meta + 3 * n,
+                                   .subtree_end = meta + 4 * n,
+                                   .committed = meta + 6 * n},
+                         .kv = kv,
+                         .x = x_.get<float>(),
+                         .h = h_.get<float>(),
+                         .q = q_.get<float>(),
+                         .k = k_.get<float>(),
+                         .v = v_.get<float>(),
+                         .attn = attn_.get<float>(),
+                         .gate = gate_.get<float>(),
+                         .up = up_.get<float>(),
+                         .attn_partial = attn_partial_.get<float>(),
+                         .logit_x = logit_rows_.get<float>(),
+                         .logits = logits_.get<float>()},
+                        stream_);
+    SALVO_CUDA_CHECK(cudaGetLastError());
   }
 
   // Every kernel of one pass, on stream_ (captured into a graph or run directly).
   void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv) {
+    if (arch_pass_) return enqueue_arch_pass(n, n_logits, dev_kv);
     const ModelConfig& c = config_;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* tokens = meta;
@@ -354,7 +402,8 @@ class CudaModel : public Model {
   }
 
   cudaStream_t stream_ = nullptr;
-  std::vector<DeviceBuffer> weights_;
+  DeviceWeights weights_;
+  std::unique_ptr<DevicePass> arch_pass_;  // null: the llama pass below
   DeviceLinear token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
