@@ -5,6 +5,7 @@ shipped. Quantized tensors are random block bytes with the block scales set so t
 weight has mean ~0 and standard deviation ~1/sqrt(n_in), which keeps activations in range.
 
   gen_random_model.py --shape qwen2.5-7b --mix q4_k_m --tokenizer tok.gguf --out m.gguf
+  gen_random_model.py --shape gemma3-270m --sliding-window 32 --tokenizer tok.gguf --out g.gguf
   gen_random_model.py --extract-tokenizer real.gguf --out tok.gguf   # vocabulary only, small
 
 The tokenizer (and so the vocabulary size) comes from a GGUF's tokenizer.* metadata.
@@ -26,6 +27,10 @@ SHAPES = {
                          n_ff=8960, rope_base=1000000.0, eps=1e-6, tied=True, bias=True),
     "qwen2.5-7b": dict(arch="qwen2", n_embd=3584, n_layer=28, n_head=28, n_head_kv=4, n_ff=18944,
                        rope_base=1000000.0, eps=1e-6, tied=False, bias=True),
+    # Gemma 3: heads wider than n_embd / n_head, Q/K norms, post-norms, sliding-window layers.
+    "gemma3-270m": dict(arch="gemma3", n_embd=640, n_layer=18, n_head=4, n_head_kv=1, n_ff=2048,
+                        head_dim=256, rope_base=1000000.0, eps=1e-6, tied=True, bias=False,
+                        sliding_window=512),
 }
 
 # (block elements, block bytes) of each type.
@@ -36,11 +41,11 @@ BLOCK = {Q.Q4_0: (32, 18), Q.Q4_1: (32, 20), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34),
 def weight_type(mix, name, layer, n_in):
     """The type of a matrix under a quantization mix (llama.cpp's Q4_K_M rules, simplified)."""
     if mix == "q4_k_m":
+        k_type = Q.Q6_K if name == "output" or (name in ("attn_v", "ffn_down") and layer % 3 == 0) \
+            else Q.Q4_K
         if n_in % 256 != 0:  # k-quants need 256-wide rows: llama.cpp falls back to legacy types
-            return Q.Q8_0 if name == "token_embd" else Q.Q4_1
-        if name == "output" or (name in ("attn_v", "ffn_down") and layer % 3 == 0):
-            return Q.Q6_K
-        return Q.Q4_K
+            return Q.Q8_0 if name == "token_embd" or k_type == Q.Q6_K else Q.Q5_0
+        return k_type
     if mix == "q4_1":  # SmolLM2's published file: Q4_1 with a Q8_0 embedding table
         return Q.Q8_0 if name == "token_embd" else Q.Q4_1
     if mix == "mixed":  # every supported type somewhere, for end-to-end coverage
@@ -125,6 +130,9 @@ def main():
     ap.add_argument("--tokenizer", help="GGUF whose tokenizer.* metadata is copied")
     ap.add_argument("--extract-tokenizer", help="write only this GGUF's tokenizer metadata")
     ap.add_argument("--layers", type=int, default=0, help="override the layer count (0 = real)")
+    ap.add_argument("--sliding-window", type=int, default=0,
+                    help="override a gemma3 shape's sliding window (0 = real); a small one lets "
+                         "short tests cross it")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
@@ -142,6 +150,8 @@ def main():
     s = dict(SHAPES[a.shape])
     if a.layers > 0:
         s["n_layer"] = a.layers
+    if a.sliding_window > 0:
+        s["sliding_window"] = a.sliding_window
     arch = s["arch"]
     rng = np.random.default_rng(a.seed)
     writer = gguf.GGUFWriter(a.out, arch)
@@ -155,10 +165,16 @@ def main():
     writer.add_head_count_kv(s["n_head_kv"])
     writer.add_rope_freq_base(s["rope_base"])
     writer.add_layer_norm_rms_eps(s["eps"])
+    gemma3 = arch == "gemma3"
 
     E, F = s["n_embd"], s["n_ff"]
-    hd = E // s["n_head"]
+    hd = s.get("head_dim", E // s["n_head"])
     qw, kw = s["n_head"] * hd, s["n_head_kv"] * hd
+    if "head_dim" in s:
+        writer.add_key_length(hd)
+        writer.add_value_length(hd)
+    if gemma3:
+        writer.add_sliding_window(s["sliding_window"])
 
     def matrix(name, layer, n_out, n_in, full_name):
         t = weight_type(a.mix, name, layer, n_in)
@@ -182,6 +198,14 @@ def main():
             vector(p + "attn_q.bias", qw, 0.0, 0.5)
             vector(p + "attn_k.bias", kw, 0.0, 0.5)
             vector(p + "attn_v.bias", kw, 0.0, 0.1)
+        if gemma3:
+            # Q/K norms near the real model's (~2) sharpen the attention: with weights of 1 it
+            # is nearly uniform, every position gets the context's mean V, and greedy decoding
+            # repeats one id from the first step.
+            vector(p + "attn_q_norm.weight", hd, 2.0, 0.3)
+            vector(p + "attn_k_norm.weight", hd, 2.0, 0.3)
+            vector(p + "post_attention_norm.weight", E, 1.0, 0.1)
+            vector(p + "post_ffw_norm.weight", E, 1.0, 0.1)
         matrix("attn_output", i, E, qw, p + "attn_output.weight")
         vector(p + "ffn_norm.weight", E, 1.0, 0.1)
         matrix("ffn_gate", i, F, E, p + "ffn_gate.weight")

@@ -10,8 +10,9 @@
 #                        [--real DIR] [--llamacpp SRC.tar.gz] [--phase tests|bench|all]
 #
 # --deps: header-only dependencies and googletest sources from scripts/gpu_pack.sh, for machines
-# without the -dev packages. --tokenizers: smollm2.gguf and qwen2.gguf with the real models'
-# tokenizer metadata (gpu_pack.sh writes them). --quick: no 7B model, fewer repetitions.
+# without the -dev packages. --tokenizers: smollm2.gguf, qwen2.gguf and gemma3.gguf with the real
+# models' tokenizer metadata (gpu_pack.sh writes them; without gemma3.gguf the gemma3 models take
+# qwen2's vocabulary). --quick: no 7B model, fewer repetitions.
 # --real: a folder with real GGUF files (smollm2-135m.gguf, qwen2.5-coder-1.5b.gguf, ...), which
 # join the tests and the benchmarks. --llamacpp: llama.cpp's source (scripts/llamacpp_source.sh);
 # llama-bench is built with CUDA (unless WORK already holds it) and measured on the same models,
@@ -54,16 +55,24 @@ echo "build: $(($(date +%s) - start)) s"
 salvo=$work/build/salvo
 
 log "random-weight models of real shapes"
-gen() {  # name shape mix tokenizer [layers]
+gen() {  # name shape mix tokenizer [extra gen_random_model.py arguments]
   local out=$work/models/$1.gguf
   [[ -f $out ]] && return
   python3 "$root/bench/gen_random_model.py" --shape "$2" --mix "$3" --tokenizer "$tok/$4.gguf" \
-    ${5:+--layers $5} --out "$out"
+    "${@:5}" --out "$out"
   ls -la "$out"
 }
+gemma_tok=gemma3
+if [[ ! -f $tok/gemma3.gguf ]]; then
+  gemma_tok=qwen2
+  echo "no $tok/gemma3.gguf: the gemma3 models get qwen2's vocabulary"
+fi
 gen smollm2-135m-q4_1 smollm2-135m q4_1 smollm2
 gen qwen2.5-1.5b-q4_k_m qwen2.5-1.5b q4_k_m qwen2
 gen qwen2.5-0.5b-mixed qwen2.5-0.5b mixed qwen2
+gen gemma3-270m-q4_k_m gemma3-270m q4_k_m $gemma_tok
+# The same shape with a 32-position sliding window, so the tests' short contexts cross it.
+gen gemma3-270m-sw32 gemma3-270m q4_k_m $gemma_tok --sliding-window 32
 [[ $quick == 1 ]] || gen qwen2.5-7b-q4_k_m qwen2.5-7b q4_k_m qwen2
 m=$work/models
 
@@ -77,11 +86,12 @@ echo "real models: ${real_models[*]:-none}"
 if [[ $phase != bench ]]; then
 log "ctest -L cuda"
 export SALVO_CUDA_TEST_MODELS="$m/smollm2-135m-q4_1.gguf:$m/qwen2.5-0.5b-mixed.gguf:$m/qwen2.5-1.5b-q4_k_m.gguf"
+SALVO_CUDA_TEST_MODELS+=":$m/gemma3-270m-sw32.gguf"
 for name in "${real_models[@]}"; do SALVO_CUDA_TEST_MODELS+=":$m/$name.gguf"; done
 # cuda_dflash_test writes a random DFlash drafter per model here (used by the CLI check below).
 export SALVO_CUDA_TEST_DRAFTERS=$work/drafters
 ctest --test-dir "$work/build" -L cuda --output-on-failure -V 2>&1 | tee "$work/ctest.log" |
-  grep -E "NMSE|spec |top-1|tests passed|Failed|FAILED|OK \]|Passed" || true
+  grep -E "NMSE|spec |top-1|argmax|tests passed|Failed|FAILED|OK \]|Passed" || true
 grep -q "100% tests passed" "$work/ctest.log" || failures+=("ctest -L cuda")
 
 log "matmul kernels: every type x Qwen2.5-1.5B/7B shapes x rows 1..64 (NMSE, bitwise row invariance, GB/s)"
@@ -93,7 +103,7 @@ grep -E "FAIL|^LAYER|check\(s\) failed" "$work/matmul_bench.log" || true
 
 log "speculation invariant through the CLI (--spec ngram vs --spec none, greedy, same seed)"
 prompt="The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."
-for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m; do
+for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m gemma3-270m-sw32; do
   for spec in none ngram; do
     "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
       --seed 7 --ignore-eos -n 96 --spec "$spec" --json >"$work/run_${model}_$spec.json"
@@ -140,7 +150,7 @@ if [[ $phase != tests ]]; then
 log "benchmarks (salvo bench --device cuda)"
 reps=5
 [[ $quick == 1 ]] && reps=2
-bench_models=(smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m)
+bench_models=(smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m gemma3-270m-q4_k_m)
 [[ $quick == 1 ]] || bench_models+=(qwen2.5-7b-q4_k_m)
 for name in "${real_models[@]}"; do
   case $name in smollm2-135m | qwen2.5-coder-1.5b) bench_models+=("$name") ;; esac

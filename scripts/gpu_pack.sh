@@ -49,5 +49,7 @@ python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/smollm2-1
   --out "$out/tok/smollm2.gguf"
 python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-coder-1.5b.gguf" \
   --out "$out/tok/qwen2.gguf"
+python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/gemma3-270m.gguf" \
+  --out "$out/tok/gemma3.gguf"
 "$root/scripts/llamacpp_source.sh" "$out/llamacpp.tar.gz"
 du -sh "$out"

@@ -228,8 +228,12 @@ void Sequence::observe_rows(std::span<const float> hidden, std::span<const int32
   drafter_->observe(first, static_cast<int32_t>(rows.size()), features.data());
 }
 
-void Sequence::finish_pass(std::span<const float> logits, double pass_ms,
-                           std::span<const float> hidden) {
+bool Sequence::argmax_suffices() const {
+  SALVO_CHECK(active());
+  return sampler_->argmax_suffices();
+}
+
+void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden) {
   SALVO_CHECK(active());
   GenerationStats& stats = result_.stats;
   if (phase_ == Phase::kPrefill) {
@@ -248,13 +252,13 @@ void Sequence::finish_pass(std::span<const float> logits, double pass_ms,
     phase_ = Phase::kDecode;
     if (max_new_ == 0) return finish();
     // The root: sampled, emitted, not committed; row 0 of the next verification pass.
-    root_ = sampler_->sample(logits, static_cast<int64_t>(history_.size()), history_);
+    root_ = sampler_->sample_row(rows, 0, static_cast<int64_t>(history_.size()), history_);
     if (emit_token(root_)) finish();
     return;
   }
   ++stats.forward_passes;
   const int32_t root_position = static_cast<int32_t>(history_.size()) - 1;
-  const AcceptResult accepted = verifier_.accept(tree_, logits, *sampler_, history_);
+  const AcceptResult accepted = verifier_.accept(tree_, rows, *sampler_, history_);
   kv_.commit(seq_id_, accepted.kept_rows());
   observe_rows(hidden, accepted.kept_rows(), root_position);
   SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));

@@ -114,12 +114,20 @@ class Sequence {
   // (at least one), or the root and its draft tree. Returns how many rows want logits.
   // A drafter that reads the target's hidden states sets batch.hidden_layers.
   int add_rows(TokenBatch& batch, int max_prefill_rows);
-  // `logits`: [rows that wanted logits, n_vocab] of this sequence's rows in the last pass.
+  // True when every logit row this sequence asks for is consumed by a greedy argmax alone
+  // (temperature 0, no repetition penalty): the owner may run Model::forward_argmax and hand
+  // finish_pass the ids. Valid while active().
+  bool argmax_suffices() const;
+  // `rows`: this sequence's rows that wanted logits in the last pass ([rows, n_vocab] logits,
+  // or their argmax ids when argmax_suffices()).
   // `pass_ms`: the time of that pass (what the speculation policy weighs drafting against).
   // `hidden`: the whole batch's hidden states when it asked for them
   // ([batch rows, hidden_layers.size() * n_embd]); the sequence reads its own rows.
+  void finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden = {});
   void finish_pass(std::span<const float> logits, double pass_ms,
-                   std::span<const float> hidden = {});
+                   std::span<const float> hidden = {}) {
+    finish_pass(LogitRows{.logits = logits}, pass_ms, hidden);
+  }
   // The pass failed: forget its rows; the sequence stays usable for a new start().
   void abort_pass();
   // Ends the generation before the next pass (client gone, time limit): `reason` becomes
@@ -174,7 +182,7 @@ class Sequence {
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
   int pass_first_row_ = 0;  // this sequence's first row in the pass's batch
-  int pass_context_ = 0;  // committed tokens when the pass was set up
+  int pass_context_ = 0;    // committed tokens when the pass was set up
   bool cancelled_ = false;
 };
 

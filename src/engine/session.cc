@@ -21,12 +21,17 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
     batch_.clear();
     sequence_.add_rows(batch_, prefill_chunk_);
     const auto pass_start = Clock::now();
-    if (Status st = model_.forward(pool_, batch_, kv_, logits_, &hidden_); !st.ok()) {
+    // Greedy decoding reads only each row's argmax: a device backend then returns the ids.
+    const bool ids_only = sequence_.argmax_suffices();
+    const Status st = ids_only ? model_.forward_argmax(pool_, batch_, kv_, argmax_, &hidden_)
+                               : model_.forward(pool_, batch_, kv_, logits_, &hidden_);
+    if (!st.ok()) {
       sequence_.abort_pass();
       return st;
     }
+    const LogitRows rows = ids_only ? LogitRows{.argmax = argmax_} : LogitRows{.logits = logits_};
     sequence_.finish_pass(
-        logits_, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
+        rows, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
         batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_));
   }
   return sequence_.take_result();

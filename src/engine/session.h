@@ -37,6 +37,7 @@ class Session {
   int prefill_chunk_;
   Sequence sequence_;  // seq 0 of kv_
   std::vector<float> logits_;
+  std::vector<int32_t> argmax_;  // the pass's ids when greedy decoding reads nothing else
   std::vector<float> hidden_;
   TokenBatch batch_;
 };

@@ -2,11 +2,12 @@
 // each head of Q and K, GELU(tanh)-gated feed-forward, embeddings scaled by sqrt(n_embd), and
 // five sliding-window layers (local RoPE base 10000) for every global one. GGUF norm weights
 // already include Gemma's "+1".
+#include "models/gemma3.h"
+
 #include <cmath>
 #include <string>
 
 #include "models/architectures.h"
-#include "models/layers.h"
 
 namespace salvo {
 namespace {
@@ -14,31 +15,7 @@ namespace {
 constexpr int kSlidingPattern = 6;          // every 6th layer is global
 constexpr float kLocalRopeBase = 10000.0f;  // fixed for the sliding-window layers
 
-struct Gemma3Layer {
-  const float* attn_norm = nullptr;
-  Linear wq, wk, wv, wo;
-  const float* q_norm = nullptr;
-  const float* k_norm = nullptr;
-  const float* post_attn_norm = nullptr;
-  const float* ffn_norm = nullptr;
-  Linear ffn_gate, ffn_up, ffn_down;
-  const float* post_ffn_norm = nullptr;
-};
-
-class Gemma3Model : public Model {
- public:
-  static Expected<std::unique_ptr<Model>> load(std::unique_ptr<GgufFile> gguf);
-
- protected:
-  void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
-                      std::vector<float>& logits, float* hidden) override;
-
- private:
-  WeightView token_embd_;
-  const float* output_norm_ = nullptr;
-  std::vector<Gemma3Layer> layers_;
-  Scratch s_;
-};
+}  // namespace
 
 Expected<std::unique_ptr<Model>> Gemma3Model::load(std::unique_ptr<GgufFile> gguf) {
   std::unique_ptr<Gemma3Model> m(new Gemma3Model());
@@ -111,8 +88,6 @@ void Gemma3Model::forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCa
   }
   output_logits(pool, batch, s.x.data(), c.n_embd, output_norm_, c.rms_eps, token_embd_, s, logits);
 }
-
-}  // namespace
 
 Expected<std::unique_ptr<Model>> load_gemma3(std::unique_ptr<GgufFile> gguf) {
   return Gemma3Model::load(std::move(gguf));

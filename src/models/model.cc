@@ -3,11 +3,44 @@
 #include <string>
 
 #include "models/architectures.h"
+#include "ops/ops.h"
+#include "util/check.h"
 
 namespace salvo {
 
 Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                       std::vector<float>& logits, std::vector<float>* hidden) {
+  float* hidden_rows = nullptr;
+  SALVO_RETURN_IF_ERROR(prepare_pass(batch, kv, hidden, &hidden_rows));
+  forward_layers(pool, batch, kv, logits, hidden_rows);
+  return Status();
+}
+
+Status Model::forward_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                             std::vector<int32_t>& argmax, std::vector<float>* hidden) {
+  float* hidden_rows = nullptr;
+  SALVO_RETURN_IF_ERROR(prepare_pass(batch, kv, hidden, &hidden_rows));
+  forward_layers_argmax(pool, batch, kv, argmax, hidden_rows);
+  SALVO_CHECK(argmax.size() == static_cast<size_t>(batch.n_logit_rows()));
+  for (int32_t id : argmax) {
+    SALVO_CHECK_MSG(id >= 0 && id < config_.n_vocab, "every logit of a row is -inf or NaN");
+  }
+  return Status();
+}
+
+void Model::forward_layers_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                                  std::vector<int32_t>& argmax, float* hidden) {
+  forward_layers(pool, batch, kv, argmax_logits_, hidden);
+  const size_t n_vocab = static_cast<size_t>(config_.n_vocab);
+  argmax.resize(argmax_logits_.size() / n_vocab);
+  for (size_t r = 0; r < argmax.size(); ++r) {
+    argmax[r] = ops::argmax(argmax_logits_.data() + r * n_vocab, config_.n_vocab);
+  }
+}
+
+Status Model::prepare_pass(const TokenBatch& batch, KvCache& kv, std::vector<float>* hidden,
+                           float** hidden_rows) {
+  *hidden_rows = nullptr;
   const int32_t n = batch.size();
   if (n == 0) return Status::error("empty batch");
   if (batch.positions.size() != static_cast<size_t>(n) ||
@@ -17,7 +50,6 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
       batch.want_logits.size() != static_cast<size_t>(n)) {
     return Status::error("malformed batch: field lengths differ");
   }
-  float* hidden_rows = nullptr;
   if (!batch.hidden_layers.empty()) {
     if (hidden == nullptr) return Status::error("the batch asks for hidden states but no buffer");
     if (!returns_hidden_states()) {
@@ -31,7 +63,7 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
       }
     }
     hidden->assign(static_cast<size_t>(n) * batch.hidden_layers.size() * config_.n_embd, 0.0f);
-    hidden_rows = hidden->data();
+    *hidden_rows = hidden->data();
   }
   std::vector<int32_t> rows_per_seq(kv.n_seq(), 0);
   for (int32_t r = 0; r < n; ++r) {
@@ -52,7 +84,6 @@ Status Model::forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
   for (int seq = 0; seq < kv.n_seq(); ++seq) {
     SALVO_RETURN_IF_ERROR(kv.reserve_suffix(seq, rows_per_seq[seq]));
   }
-  forward_layers(pool, batch, kv, logits, hidden_rows);
   return Status();
 }
 

@@ -36,6 +36,13 @@ class Model {
   // Not thread-safe: one forward at a time per model (the scratch lives in the model).
   Status forward(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits,
                  std::vector<float>* hidden = nullptr);
+  // forward() for a caller that only takes the argmax of each logit row (greedy decoding and
+  // verification): `argmax` gets, for every row with want_logits, in row order, the index of
+  // its largest logit, ties to the lowest index (ops::argmax, the greedy Sampler's rule), so the
+  // text is the same as from forward(). A device backend copies back those ids instead of
+  // [n_logit_rows, n_vocab] floats.
+  Status forward_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                        std::vector<int32_t>& argmax, std::vector<float>* hidden = nullptr);
 
   // Whether forward() can return hidden states (batch.hidden_layers).
   virtual bool returns_hidden_states() const { return true; }
@@ -49,6 +56,9 @@ class Model {
   // asks for none.
   virtual void forward_layers(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                               std::vector<float>& logits, float* hidden) = 0;
+  // forward_argmax's pass. This default runs forward_layers and reduces each row on the host.
+  virtual void forward_layers_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
+                                     std::vector<int32_t>& argmax, float* hidden);
   // For a model that runs another's weights elsewhere: the same config, file and figures.
   void share_file_and_config(const Model& other) {
     config_ = other.config_;
@@ -61,6 +71,13 @@ class Model {
   std::shared_ptr<GgufFile> gguf_;
   std::vector<std::unique_ptr<uint8_t[]>> packed_;  // repacked matrices (backends/cpu/packed.h)
   size_t weight_bytes_per_pass_ = 0;
+
+ private:
+  // Validates the batch against the config and the cache, reserves the suffix rows and sizes
+  // `hidden`; *hidden_rows: its data, or null when the batch asks for no hidden states.
+  Status prepare_pass(const TokenBatch& batch, KvCache& kv, std::vector<float>* hidden,
+                      float** hidden_rows);
+  std::vector<float> argmax_logits_;  // forward_layers_argmax's logits on the host
 };
 
 // Loads any supported architecture; the error names what is missing or unsupported.

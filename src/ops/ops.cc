@@ -73,6 +73,18 @@ void silu_mul(float* gate, const float* up, size_t n) {
   }
 }
 
+int32_t argmax(const float* x, int64_t n) {
+  float best = -std::numeric_limits<float>::infinity();
+  int32_t best_index = -1;
+  for (int64_t i = 0; i < n; ++i) {
+    if (x[i] > best) {
+      best = x[i];
+      best_index = static_cast<int32_t>(i);
+    }
+  }
+  return best_index;
+}
+
 void gelu_tanh_mul(float* gate, const float* up, size_t n) {
   constexpr float kSqrt2OverPi = 0.7978845608028654f;
   constexpr float kCoef = 0.044715f;

@@ -28,6 +28,9 @@ void silu_mul(float* gate, const float* up, size_t n);       // gate = silu(gate
 void gelu_tanh_mul(float* gate, const float* up, size_t n);  // gate = gelu_tanh(gate) * up
 // out[i] = table row tokens[i], dequantized: [n, table.n_in].
 void embed(const WeightView& table, const int32_t* tokens, int64_t n, float* out);
+// Index of the largest of x[0..n) with ties to the lowest index, the greedy rule every backend
+// follows (NaNs are skipped); -1 when every element is -inf or NaN.
+int32_t argmax(const float* x, int64_t n);
 
 // Where each batch row's K/V sit: the slot behind the committed rows of its sequence, in batch
 // order, and the batch rows of each sequence (for the tree mask).

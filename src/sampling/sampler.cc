@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 
+#include "ops/ops.h"
 #include "sampling/philox.h"
 #include "util/check.h"
 
@@ -73,16 +74,10 @@ float exp_nonpositive(float x) {
   return p * std::bit_cast<float>((n + 127) << 23);  // n in [-126, 0]: a normal power of two
 }
 
-// Greedy decoding: ties go to the lowest token id so every backend agrees.
+// Greedy decoding: ties go to the lowest token id so every backend agrees (Model::forward_argmax
+// answers with the same rule).
 int32_t argmax(const float* logits, int32_t n_vocab) {
-  float best = -std::numeric_limits<float>::infinity();
-  int32_t best_token = -1;
-  for (int32_t token = 0; token < n_vocab; ++token) {
-    if (logits[token] > best) {
-      best = logits[token];
-      best_token = token;
-    }
-  }
+  const int32_t best_token = ops::argmax(logits, n_vocab);
   SALVO_CHECK_MSG(best_token >= 0, "every logit is -inf or NaN");
   return best_token;
 }
@@ -317,6 +312,19 @@ void Sampler::apply_min_p(float max_logit) {
       std::partition(candidates, candidates + num_candidates_,
                      [threshold](const Candidate& x) { return x.logit >= threshold; }) -
       candidates;
+}
+
+int32_t Sampler::sample_row(const LogitRows& rows, int32_t row, int64_t position,
+                            std::span<const int32_t> history) {
+  SALVO_CHECK(row >= 0);
+  if (rows.has_logits()) {
+    const size_t n = static_cast<size_t>(n_vocab_);
+    SALVO_CHECK((static_cast<size_t>(row) + 1) * n <= rows.logits.size());
+    return sample(rows.logits.subspan(row * n, n), position, history);
+  }
+  SALVO_CHECK_MSG(argmax_suffices(), "argmax ids given to a sampler that needs the logits");
+  SALVO_CHECK(static_cast<size_t>(row) < rows.argmax.size());
+  return rows.argmax[row];
 }
 
 int32_t Sampler::sample(std::span<const float> logits, int64_t position,

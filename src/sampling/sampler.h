@@ -48,6 +48,16 @@ struct TokenProbability {
 // and tests can reproduce the sampler bit for bit. Always within [-3.60, 36.74].
 double gumbel_noise(uint64_t seed, int64_t position, int32_t token);
 
+// What a forward pass returned for the logit rows of one sequence: the logits
+// [rows, n_vocab], or, when the sequence's sampler only takes each row's argmax
+// (Sampler::argmax_suffices), those argmax ids [rows] alone (Model::forward_argmax).
+struct LogitRows {
+  std::span<const float> logits;
+  std::span<const int32_t> argmax;  // used when logits is empty
+
+  bool has_logits() const { return !logits.empty(); }
+};
+
 // Not thread-safe (scratch buffers); one per sequence. Allocates only on construction and,
 // with repeat_last_n = -1, when the history outgrows the largest window seen so far.
 class Sampler {
@@ -68,11 +78,19 @@ class Sampler {
   std::span<const TokenProbability> distribution(std::span<const float> logits,
                                                  std::span<const int32_t> history);
 
+  // sample() on row `row` of `rows`; from argmax ids, the id itself (then argmax_suffices()
+  // must hold, which makes it the token sample() would pick from that row's logits).
+  int32_t sample_row(const LogitRows& rows, int32_t row, int64_t position,
+                     std::span<const int32_t> history);
+
   const SamplingParams& params() const { return params_; }
   int32_t n_vocab() const { return n_vocab_; }
   bool is_greedy() const {
     return params_.temperature < kMinSamplingTemperature || params_.top_k == 1;
   }
+  // True when sample() is the argmax of the raw logits (greedy, no repetition penalty), so a
+  // pass may return argmax ids instead of logits.
+  bool argmax_suffices() const { return is_greedy() && !penalties_active_; }
 
  private:
   struct Candidate {

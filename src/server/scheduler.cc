@@ -139,6 +139,7 @@ void Scheduler::finalize(Slot& slot) {
 void Scheduler::run() {
   TokenBatch batch;
   std::vector<float> logits, hidden;
+  std::vector<int32_t> argmax;
   std::vector<int> order;  // slots in the order their rows entered the batch
   const int n_vocab = engine_.model().config().n_vocab;
   while (true) {
@@ -194,7 +195,13 @@ void Scheduler::run() {
     if (batch.empty()) continue;
 
     const auto pass_start = Clock::now();
-    Status status = engine_.model().forward(engine_.pool(), batch, kv_, logits, &hidden);
+    // When every sequence of the pass decodes greedily, only each row's argmax is read: a
+    // device backend then returns the ids instead of the logits.
+    const bool ids_only = std::all_of(order.begin(), order.end(),
+                                      [&](int i) { return slots_[i].sequence->argmax_suffices(); });
+    Status status =
+        ids_only ? engine_.model().forward_argmax(engine_.pool(), batch, kv_, argmax, &hidden)
+                 : engine_.model().forward(engine_.pool(), batch, kv_, logits, &hidden);
     const double pass_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count();
     metrics_.record_pass(batch.size(), static_cast<int>(order.size()));
@@ -208,10 +215,13 @@ void Scheduler::run() {
         slot.job = nullptr;
         continue;
       }
-      const size_t n = static_cast<size_t>(slot.logit_rows) * n_vocab;
-      SALVO_CHECK(offset + n <= logits.size());
+      const size_t n = static_cast<size_t>(slot.logit_rows) * (ids_only ? 1 : n_vocab);
+      SALVO_CHECK(offset + n <= (ids_only ? argmax.size() : logits.size()));
+      const LogitRows rows =
+          ids_only ? LogitRows{.argmax = std::span<const int32_t>(argmax.data() + offset, n)}
+                   : LogitRows{.logits = std::span<const float>(logits.data() + offset, n)};
       slot.sequence->finish_pass(
-          std::span<const float>(logits.data() + offset, n), pass_ms,
+          rows, pass_ms,
           batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden));
       offset += n;
       if (slot.sequence->done()) finalize(slot);

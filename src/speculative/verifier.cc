@@ -18,15 +18,17 @@ std::vector<int32_t> AcceptResult::kept_rows() const {
   return rows;
 }
 
-AcceptResult Verifier::accept(const DraftTree& tree, std::span<const float> logits,
-                              Sampler& sampler, std::vector<int32_t>& history) const {
-  const size_t n_vocab = static_cast<size_t>(sampler.n_vocab());
-  SALVO_CHECK(logits.size() >= (static_cast<size_t>(tree.size()) + 1) * n_vocab);
+AcceptResult Verifier::accept(const DraftTree& tree, const LogitRows& rows, Sampler& sampler,
+                              std::vector<int32_t>& history) const {
+  const size_t n_rows = static_cast<size_t>(tree.size()) + 1;
+  SALVO_CHECK(rows.has_logits()
+                  ? rows.logits.size() >= n_rows * static_cast<size_t>(sampler.n_vocab())
+                  : rows.argmax.size() >= n_rows);
   AcceptResult result;
   int32_t node = -1;  // the root
   for (;;) {
-    const std::span<const float> row = logits.subspan((node + 1) * n_vocab, n_vocab);
-    const int32_t token = sampler.sample(row, static_cast<int64_t>(history.size()), history);
+    const int32_t token =
+        sampler.sample_row(rows, node + 1, static_cast<int64_t>(history.size()), history);
     const int32_t child = tree.find_child(node, token);
     if (child < 0) {
       result.bonus_token = token;

@@ -31,14 +31,19 @@ struct AcceptResult {
   std::vector<int32_t> kept_rows() const;
 };
 
-// `logits`: [tree.size() + 1, n_vocab], the root's row first, then one row per node.
+// `rows`: [tree.size() + 1] rows (logits, or argmax ids when the sampler's argmax_suffices()),
+// the root's row first, then one row per node.
 // `history`: the committed tokens followed by the root, so its size is the absolute position of
 // the token sampled from the root's row. On return the accepted path's tokens are appended to it
 // (it then equals what the KV cache holds after committing kept_rows()); the bonus is not.
 class Verifier {
  public:
-  AcceptResult accept(const DraftTree& tree, std::span<const float> logits, Sampler& sampler,
+  AcceptResult accept(const DraftTree& tree, const LogitRows& rows, Sampler& sampler,
                       std::vector<int32_t>& history) const;
+  AcceptResult accept(const DraftTree& tree, std::span<const float> logits, Sampler& sampler,
+                      std::vector<int32_t>& history) const {
+    return accept(tree, LogitRows{.logits = logits}, sampler, history);
+  }
 };
 
 }  // namespace salvo

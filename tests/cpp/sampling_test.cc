@@ -162,6 +162,42 @@ TEST(SamplerTest, GreedyIgnoresMaskedTokens) {
   EXPECT_EQ(sampler.sample(std::vector<float>{-inf, -inf, -5.0f}, 0, {}), 2);
 }
 
+// Greedy passes may return argmax ids instead of logits (Model::forward_argmax): only when the
+// sampler would take the plain argmax, and then the id is what sample() picks.
+TEST(SamplerTest, ArgmaxSufficesOnlyForGreedyWithoutPenalties) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  EXPECT_TRUE(Sampler(params, 4).argmax_suffices());
+  params.repeat_penalty = 1.3f;
+  EXPECT_FALSE(Sampler(params, 4).argmax_suffices());
+  params.repeat_last_n = 0;  // the penalty has no window: inactive
+  EXPECT_TRUE(Sampler(params, 4).argmax_suffices());
+  params = SamplingParams();
+  params.temperature = 0.7f;
+  EXPECT_FALSE(Sampler(params, 4).argmax_suffices());
+  params.top_k = 1;
+  EXPECT_TRUE(Sampler(params, 4).argmax_suffices());
+  params.presence_penalty = 0.5f;
+  EXPECT_FALSE(Sampler(params, 4).argmax_suffices());
+}
+
+TEST(SamplerTest, SampleRowReadsLogitsOrArgmaxIds) {
+  SamplingParams params;
+  params.temperature = 0.0f;
+  Sampler sampler(params, 4);
+  // Row 1 has a three-way tie (lowest id wins) and a NaN, which never wins.
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> logits = {0.0f, 1.0f, 0.5f, -1.0f, nan, 2.0f, 2.0f, 2.0f};
+  const std::vector<int32_t> ids = {1, 5};
+  for (int32_t row = 0; row < 2; ++row) {
+    const std::span<const float> one(logits.data() + row * 4, 4);
+    EXPECT_EQ(sampler.sample_row(LogitRows{.logits = logits}, row, 9, {}),
+              sampler.sample(one, 9, {}));
+    EXPECT_EQ(sampler.sample_row(LogitRows{.argmax = ids}, row, 9, {}), ids[row]);
+  }
+  EXPECT_EQ(sampler.sample(std::span<const float>(logits.data() + 4, 4), 9, {}), 1);
+}
+
 // --- Determinism ----------------------------------------------------------------------------
 
 std::vector<float> random_logits(int n_vocab, uint32_t seed, float scale) {

@@ -164,6 +164,22 @@ TEST(VerifierTest, StopsAtTheFirstMismatch) {
   EXPECT_EQ(r.kept_rows(), Ints({0, 1}));
 }
 
+// The same walk from argmax ids (a greedy pass through Model::forward_argmax) as from logits.
+TEST(VerifierTest, ArgmaxIdsWalkLikeLogits) {
+  const DraftTree tree = branching_tree();
+  for (const Ints& picks :
+       {Ints{4, 0, 0, 0, 5, 7}, Ints{1, 6, 0, 0, 0, 0}, Ints{7, 1, 1, 1, 1, 1}}) {
+    Sampler sampler = greedy_sampler();
+    Ints from_logits = {99}, from_ids = {99};
+    const AcceptResult a = Verifier().accept(tree, one_hot_rows(picks), sampler, from_logits);
+    const AcceptResult b = Verifier().accept(tree, LogitRows{.argmax = picks}, sampler, from_ids);
+    EXPECT_EQ(a.path, b.path);
+    EXPECT_EQ(a.bonus_token, b.bonus_token);
+    EXPECT_EQ(a.rejected_draft, b.rejected_draft);
+    EXPECT_EQ(from_logits, from_ids);
+  }
+}
+
 TEST(VerifierTest, EmptyTreeSamplesOneToken) {
   const auto logits = one_hot_rows({2});
   Sampler sampler = greedy_sampler();

@@ -1,8 +1,10 @@
 // Whole models on CUDA against the CPU backend (both read the same GGUF), the row invariance of
 // the CUDA forward pass (a tree verification gives bit-identical logits to decoding the accepted
 // path one token at a time), and the speculation invariant on CUDA (identical token ids with and
-// without drafting). Models: the GGUF paths in SALVO_CUDA_TEST_MODELS (':'-separated), e.g. the
-// random-weight models of real shapes that scripts/gpu_check.sh generates. Needs a GPU.
+// without drafting), and greedy passes that return argmax ids instead of logits
+// (Model::forward_argmax). Models: the GGUF paths in SALVO_CUDA_TEST_MODELS (':'-separated), e.g.
+// the random-weight models of real shapes that scripts/gpu_check.sh generates (its gemma3 model
+// has a 32-position sliding window, so the 40-token prompts below cross it). Needs a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -156,6 +158,88 @@ TEST_F(CudaModelTest, LogitsMatchCpuAndTreeEqualsSequentialDecode) {
     ASSERT_TRUE(g_model.forward(pool, next, kv_seq, lg).ok());
     EXPECT_EQ(std::memcmp(lg.data(), after_commit_gpu.data(), n_vocab * sizeof(float)), 0)
         << "decode after a device commit differs from decode after sequential commits";
+  }
+}
+
+// forward_argmax on the device returns, for every row, the index std::max_element finds in the
+// logits forward() returns for the same pass (ties to the lowest index on both).
+TEST_F(CudaModelTest, ArgmaxIdsEqualArgmaxOfLogits) {
+  for (const std::string& path : models_) {
+    SCOPED_TRACE(path);
+    auto cpu = load_model(path);
+    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
+    auto gpu = cuda::to_device(std::move(cpu).value());
+    ASSERT_TRUE(gpu.ok()) << gpu.status().message();
+    Model& model = **gpu;
+    const int n_vocab = model.config().n_vocab;
+    ThreadPool pool(2);
+    const auto prompt = prompt_tokens(40, n_vocab);
+    TokenBatch prefill;
+    prefill.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/false);
+    TokenBatch tree = tree_batch({11, 22, 33, 44}, prompt.size());
+    std::vector<float> logits;
+    std::vector<int32_t> ids;
+    int rows = 0, equal = 0;
+    for (const TokenBatch* batch : {&prefill, &tree}) {
+      // Two caches, so both calls see the same committed rows.
+      KvCache kv_logits(model.config(), 1, 128), kv_ids(model.config(), 1, 128);
+      if (batch == &tree) {
+        for (KvCache* kv : {&kv_logits, &kv_ids}) {
+          ASSERT_TRUE(model.forward(pool, prefill, *kv, logits).ok());
+          kv->commit_prefix(0, prompt.size());
+        }
+      }
+      ASSERT_TRUE(model.forward(pool, *batch, kv_logits, logits).ok());
+      ASSERT_TRUE(model.forward_argmax(pool, *batch, kv_ids, ids).ok());
+      ASSERT_EQ(ids.size(), static_cast<size_t>(batch->n_logit_rows()));
+      for (size_t r = 0; r < ids.size(); ++r) {
+        ++rows;
+        equal += ids[r] == argmax(&logits[r * n_vocab], n_vocab);
+      }
+    }
+    std::printf("%s: device argmax ids equal the argmax of the logits in %d/%d rows\n",
+                path.c_str(), equal, rows);
+    EXPECT_EQ(equal, rows);
+  }
+}
+
+// Greedy Session (argmax ids from the device) against a plain greedy loop over forward()'s
+// logits: the same tokens over several passes and commits (and, on the gemma3 test model,
+// across its sliding window).
+TEST_F(CudaModelTest, GreedySessionEqualsGreedyLoopOverLogits) {
+  for (const std::string& path : models_) {
+    SCOPED_TRACE(path);
+    auto engine = Engine::load(path, {.threads = 2, .placement = cuda::to_device});
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    Engine& e = **engine;
+    const int n_vocab = e.model().config().n_vocab;
+    const auto prompt = prompt_tokens(30, n_vocab);
+    constexpr int kTokens = 24;
+    GenerateRequest request;
+    request.prompt = prompt;
+    request.max_tokens = kTokens;
+    request.sampling.temperature = 0.0f;
+    request.ignore_eos = true;
+    request.spec.mode = SpecMode::kNone;
+    Session session(e.model(), e.tokenizer(), e.pool(), 256);
+    auto result = session.generate(request, [](const std::string&) { return true; });
+    ASSERT_TRUE(result.ok()) << result.status().message();
+
+    KvCache kv(e.model().config(), 1, 256);
+    std::vector<float> logits;
+    std::vector<int32_t> loop;
+    TokenBatch batch;
+    batch.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/true);
+    for (int i = 0; i < kTokens; ++i) {
+      ASSERT_TRUE(e.model().forward(e.pool(), batch, kv, logits).ok());
+      kv.commit_prefix(0, batch.size());
+      loop.push_back(argmax(logits.data(), n_vocab));
+      batch.clear();
+      batch.add_chain(&loop.back(), 1, kv.committed(0), 0, true);
+    }
+    std::printf("%s: greedy session (argmax ids) vs loop over logits: %s\n", path.c_str(),
+                result->tokens == loop ? "identical" : "DIFFER");
+    EXPECT_EQ(result->tokens, loop);
   }
 }
 

@@ -14,7 +14,7 @@ namespace salvo::cuda {
 Status check_available();
 
 // Uploads a loaded model's weights to the GPU once and returns a Model whose forward passes run
-// there (llama and qwen2). Its KV rows live on the device: the first forward pass with a
+// there (llama, qwen2 and gemma3). Its KV rows live on the device: the first forward pass with a
 // KvCache attaches a device mirror to it (KvCacheMirror), so commit() moves device rows.
 Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model);
 

@@ -1,9 +1,10 @@
-// CudaModel: the llama / qwen2 forward pass on the GPU. The weights of the loaded CPU model are
-// uploaded once in their GGUF formats; activations are float32 on the device; K/V rows live in
-// a device cache attached to the caller's KvCache as its mirror, so the session's commit() and
-// truncate() keep working unchanged. A pass is one stream of kernel launches, captured as a CUDA
-// graph per (rows, logit rows, cache, hidden layers) shape and replayed; the host waits once,
-// for the logits and the requested hidden states.
+// CudaModel: the forward pass on the GPU (llama / qwen2 here, gemma3 behind a DevicePass in
+// cuda_gemma3.cc). The weights of the loaded CPU model are uploaded once in their GGUF formats;
+// activations are float32 on the device; K/V rows live in a device cache attached to the
+// caller's KvCache as its mirror, so the session's commit() and truncate() keep working
+// unchanged. A pass is one stream of kernel launches, captured as a CUDA graph per (rows, logit
+// rows, cache, hidden layers) shape and replayed; the host waits once, for the logits (or, in
+// greedy passes, their argmax ids) and the requested hidden states.
 #include "backends/cuda/cuda_model.h"
 
 #include <cuda_runtime.h>
@@ -19,15 +20,44 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
+#include "models/gemma3.h"
 #include "models/llama.h"
 
 namespace salvo::cuda {
-namespace {
 
-struct DeviceLinear {
-  MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
-};
+Status DeviceWeights::upload_tensor(const void* host, size_t bytes, const void** device) {
+  DeviceBuffer& buf = buffers_.emplace_back();
+  SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
+  SALVO_RETURN_IF_ERROR(
+      cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "weight upload"));
+  *device = buf.get();
+  return Status();
+}
+
+Status DeviceWeights::upload_vector(const float* host, int64_t n, const float** device) {
+  const void* d = nullptr;
+  SALVO_RETURN_IF_ERROR(upload_tensor(host, n * sizeof(float), &d));
+  *device = static_cast<const float*>(d);
+  return Status();
+}
+
+Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+  if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
+    return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
+                         std::to_string(w.n_in) + " columns has no CUDA kernel");
+  }
+  MatmulParams& p = out->shape;
+  p.type = w.type;
+  p.n_out = w.n_out;
+  p.n_in = w.n_in;
+  SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
+  if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
+  return Status();
+}
+
+namespace {
 
 struct DeviceLayer {
   const float* attn_norm = nullptr;
@@ -103,13 +133,20 @@ class CudaModel : public Model {
 
   static Expected<std::unique_ptr<Model>> create(std::unique_ptr<Model> cpu_model) {
     const auto* llama = dynamic_cast<const LlamaModel*>(cpu_model.get());
-    if (llama == nullptr) {
-      return Status::error("architecture '" + cpu_model->config().arch +
-                           "' has no CUDA forward pass yet (supported on CUDA: llama, qwen2)");
+    const auto* gemma3 = dynamic_cast<const Gemma3Model*>(cpu_model.get());
+    if (llama == nullptr && gemma3 == nullptr) {
+      return Status::error(
+          "architecture '" + cpu_model->config().arch +
+          "' has no CUDA forward pass yet (supported on CUDA: llama, qwen2, gemma3)");
     }
     std::unique_ptr<CudaModel> m(new CudaModel());
     m->share_file_and_config(*cpu_model);
-    SALVO_RETURN_IF_ERROR(m->upload(*llama));
+    SALVO_RETURN_IF_ERROR(m->prepare_device());
+    if (llama != nullptr) {
+      SALVO_RETURN_IF_ERROR(m->upload(*llama));
+    } else {
+      SALVO_ASSIGN_OR_RETURN(m->arch_pass_, upload_gemma3(*gemma3, m->weights_));
+    }
     m->use_graphs_ = std::getenv("SALVO_CUDA_GRAPHS") == nullptr ||
                      std::string(std::getenv("SALVO_CUDA_GRAPHS")) != "0";
     return std::unique_ptr<Model>(std::move(m));
@@ -123,6 +160,54 @@ class CudaModel : public Model {
  protected:
   void forward_layers(ThreadPool&, const TokenBatch& batch, KvCache& kv, std::vector<float>& logits,
                       float* hidden) override {
+    const int n_logits = batch.n_logit_rows();
+    const size_t n_layers = launch_pass(batch, kv, hidden);
+    const size_t n_out = static_cast<size_t>(n_logits) * config_.n_vocab;
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), n_out * sizeof(float),
+                                     cudaMemcpyDeviceToHost, stream_));
+    const size_t n_hidden = copy_hidden(batch.size(), n_layers);
+    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    logits.resize(n_out);
+    std::memcpy(logits.data(), logits_host_.get(), n_out * sizeof(float));
+    if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
+  }
+
+  // Greedy passes: the argmax of each logit row on the device, and only the ids cross to the
+  // host (a 16-row verification of a 151936-word vocabulary would otherwise copy 9.7 MB).
+  void forward_layers_argmax(ThreadPool&, const TokenBatch& batch, KvCache& kv,
+                             std::vector<int32_t>& ids, float* hidden) override {
+    const int n_logits = batch.n_logit_rows();
+    const size_t n_layers = launch_pass(batch, kv, hidden);
+    argmax(logits_.get<float>(), n_logits, config_.n_vocab, argmax_.get<int32_t>(), stream_);
+    SALVO_CUDA_CHECK(cudaGetLastError());
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), n_logits * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+    const size_t n_hidden = copy_hidden(batch.size(), n_layers);
+    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ids.assign(argmax_host_.get<int32_t>(), argmax_host_.get<int32_t>() + n_logits);
+    if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
+  }
+
+  // gemma3's DevicePass does not write hidden states (no DFlash drafter targets it).
+  bool returns_hidden_states() const override { return arch_pass_ == nullptr; }
+
+ private:
+  CudaModel() = default;
+
+  // Enqueues the copy of the pass's hidden states to the host; the number of floats copied.
+  size_t copy_hidden(int n, size_t n_layers) {
+    const size_t n_hidden = static_cast<size_t>(n) * n_layers * config_.n_embd;
+    if (n_hidden > 0) {
+      SALVO_CUDA_CHECK(cudaMemcpyAsync(hidden_host_.get(), hidden_.get(), n_hidden * sizeof(float),
+                                       cudaMemcpyDeviceToHost, stream_));
+    }
+    return n_hidden;
+  }
+
+  // Uploads the batch and enqueues its pass (replaying the captured graph of its shape); the
+  // logits are in logits_ and the hidden states in hidden_ once the stream gets there. Returns
+  // the number of hidden layers the pass writes (none when `hidden` is null).
+  size_t launch_pass(const TokenBatch& batch, KvCache& kv, float* hidden) {
     const int n = batch.size();
     const int n_logits = batch.n_logit_rows();
     // hidden is null when the batch asks for no layers (Model::forward).
@@ -152,61 +237,29 @@ class CudaModel : public Model {
     } else {
       enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv, hidden_layers);
     }
-    const size_t n_out = static_cast<size_t>(n_logits) * config_.n_vocab;
-    SALVO_CUDA_CHECK(cudaMemcpyAsync(logits_host_.get(), logits_.get(), n_out * sizeof(float),
-                                     cudaMemcpyDeviceToHost, stream_));
-    const size_t n_hidden = static_cast<size_t>(n) * hidden_layers.size() * config_.n_embd;
-    if (n_hidden > 0) {
-      SALVO_CUDA_CHECK(cudaMemcpyAsync(hidden_host_.get(), hidden_.get(), n_hidden * sizeof(float),
-                                       cudaMemcpyDeviceToHost, stream_));
-    }
-    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
-    logits.resize(n_out);
-    std::memcpy(logits.data(), logits_host_.get(), n_out * sizeof(float));
-    if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
+    return hidden_layers.size();
   }
 
- private:
-  CudaModel() = default;
-
-  Status upload_tensor(const void* host, size_t bytes, const void** device) {
-    DeviceBuffer& buf = weights_.emplace_back();
-    SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
-    SALVO_RETURN_IF_ERROR(
-        cuda_status(cudaMemcpy(buf.get(), host, bytes, cudaMemcpyHostToDevice), "weight upload"));
-    *device = buf.get();
-    return Status();
-  }
-
-  Status upload_vector(const float* host, int64_t n, const float** device) {
-    const void* d = nullptr;
-    SALVO_RETURN_IF_ERROR(upload_tensor(host, n * sizeof(float), &d));
-    *device = static_cast<const float*>(d);
-    return Status();
-  }
-
-  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
-    if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
-      return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
-                           std::to_string(w.n_in) + " columns has no CUDA kernel");
-    }
-    MatmulParams& p = out->shape;
-    p.type = w.type;
-    p.n_out = w.n_out;
-    p.n_in = w.n_in;
-    SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
-    if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
-    return Status();
-  }
-
-  Status upload(const LlamaModel& cpu) {
+  // Checks what every architecture's pass needs of the device and the shapes; creates the stream.
+  Status prepare_device() {
     const ModelConfig& c = config_;
     if (c.head_dim > 256 || c.head_dim_v > 256) {
       return Status::error("head size " + std::to_string(c.head_dim) +
                            " exceeds the CUDA attention kernel's 256");
     }
     SALVO_RETURN_IF_ERROR(check_available());
-    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    return cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate");
+  }
+
+  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+    return weights_.upload_matrix(w, bias, out);
+  }
+  Status upload_vector(const float* host, int64_t n, const float** device) {
+    return weights_.upload_vector(host, n, device);
+  }
+
+  Status upload(const LlamaModel& cpu) {
+    const ModelConfig& c = config_;
     SALVO_RETURN_IF_ERROR(upload_matrix(cpu.token_embd(), nullptr, &token_embd_));
     if (cpu.output().data == cpu.token_embd().data) {
       output_ = token_embd_;
@@ -271,6 +324,8 @@ class CudaModel : public Model {
       grow(hidden_, rows * n_hidden_layers * c.n_embd * f);
       grow(hidden_host_, rows * n_hidden_layers * c.n_embd * f);
     }
+    grow(argmax_, static_cast<size_t>(n_logits) * sizeof(int32_t));
+    grow(argmax_host_, static_cast<size_t>(n_logits) * sizeof(int32_t));
     // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
     // One int8 copy of the current matmul input (the widest is n_ff or the attention output).
     const size_t widest = std::max<size_t>({static_cast<size_t>(c.n_embd),
@@ -325,9 +380,43 @@ class CudaModel : public Model {
     matmul(p, stream_);
   }
 
+  // The pass of an architecture behind a DevicePass, on this model's buffers.
+  void enqueue_arch_pass(int n, int n_logits, const DeviceKvCache& dev_kv) {
+    const int32_t* meta = meta_.get<int32_t>();
+    std::vector<KvLayerView> kv(config_.n_layer);
+    for (int il = 0; il < config_.n_layer; ++il) kv[il] = dev_kv.layer(il);
+    arch_pass_->enqueue({.n = n,
+                         .n_logits = n_logits,
+                         .tokens = meta,
+                         .positions = meta + n,
+                         .logit_rows = meta + 5 * n,
+                         .batch = {.n_rows = n,
+                                   .seq = meta + 2 * n,
+                                   .pos = meta + n,
+                                   .slot = meta + 3 * n,
+                                   .subtree_end = meta + 4 * n,
+                                   .committed = meta + 6 * n},
+                         .kv = kv,
+                         .x = x_.get<float>(),
+                         .h = h_.get<float>(),
+                         .q = q_.get<float>(),
+                         .k = k_.get<float>(),
+                         .v = v_.get<float>(),
+                         .attn = attn_.get<float>(),
+                         .gate = gate_.get<float>(),
+                         .up = up_.get<float>(),
+                         .attn_partial = attn_partial_.get<float>(),
+                         .logit_x = logit_rows_.get<float>(),
+                         .logits = logits_.get<float>(),
+                         .xq = {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()}},
+                        stream_);
+    SALVO_CUDA_CHECK(cudaGetLastError());
+  }
+
   // Every kernel of one pass, on stream_ (captured into a graph or run directly).
   void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv,
                     const std::vector<int32_t>& hidden_layers) {
+    if (arch_pass_) return enqueue_arch_pass(n, n_logits, dev_kv);
     const ModelConfig& c = config_;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* tokens = meta;
@@ -405,7 +494,8 @@ class CudaModel : public Model {
   }
 
   cudaStream_t stream_ = nullptr;
-  std::vector<DeviceBuffer> weights_;
+  DeviceWeights weights_;
+  std::unique_ptr<DevicePass> arch_pass_;  // null: the llama pass below
   DeviceLinear token_embd_, output_;
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
@@ -413,7 +503,8 @@ class CudaModel : public Model {
   DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
   DeviceBuffer hidden_;        // [n, hidden layers, n_embd]
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
-  PinnedBuffer logits_host_, meta_host_, hidden_host_;
+  DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
+  PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;
 };

@@ -1,0 +1,125 @@
+// The gemma3 forward pass on the GPU (the CPU one is models/gemma3.cc): embeddings scaled by
+// sqrt(n_embd), RMSNorm on each head of Q and K, post-norms on the attention and feed-forward
+// outputs, GELU(tanh)-gated feed-forward, and sliding-window layers with their own RoPE base.
+// K/V rows of the sliding layers stay in the same cache as the global ones; the window is a mask
+// of the attention kernel, so commits and rollbacks need nothing special.
+#include <cmath>
+
+#include "backends/cuda/device_pass.h"
+#include "models/gemma3.h"
+
+namespace salvo::cuda {
+namespace {
+
+struct Gemma3DeviceLayer {
+  const float* attn_norm = nullptr;
+  DeviceLinear wq, wk, wv, wo;
+  const float* q_norm = nullptr;  // [head_dim]
+  const float* k_norm = nullptr;
+  const float* post_attn_norm = nullptr;
+  const float* ffn_norm = nullptr;
+  DeviceLinear ffn_gate, ffn_up, ffn_down;
+  const float* post_ffn_norm = nullptr;
+};
+
+class Gemma3Pass : public DevicePass {
+ public:
+  explicit Gemma3Pass(const ModelConfig& config) : c_(config) {}
+
+  Status upload(const Gemma3Model& cpu, DeviceWeights& w) {
+    const int hd = c_.head_dim;
+    SALVO_RETURN_IF_ERROR(w.upload_matrix(cpu.token_embd(), nullptr, &token_embd_));
+    SALVO_RETURN_IF_ERROR(w.upload_vector(cpu.output_norm(), c_.n_embd, &output_norm_));
+    for (const Gemma3Layer& l : cpu.layers()) {
+      Gemma3DeviceLayer& d = layers_.emplace_back();
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.attn_norm, c_.n_embd, &d.attn_norm));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wq.weight, l.wq.bias, &d.wq));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wk.weight, l.wk.bias, &d.wk));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wv.weight, l.wv.bias, &d.wv));
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.q_norm, hd, &d.q_norm));
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.k_norm, hd, &d.k_norm));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wo.weight, l.wo.bias, &d.wo));
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_attn_norm, c_.n_embd, &d.post_attn_norm));
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.ffn_norm, c_.n_embd, &d.ffn_norm));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down));
+      SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_ffn_norm, c_.n_embd, &d.post_ffn_norm));
+    }
+    return Status();
+  }
+
+  void enqueue(const PassBuffers& b, cudaStream_t stream) const override {
+    const int n = b.n;
+    const float eps = c_.rms_eps;
+    embed(token_embd_.shape.type, token_embd_.shape.w, c_.n_embd, b.tokens, n, b.x, stream);
+    scale(b.x, std::sqrt(static_cast<float>(c_.n_embd)), static_cast<int64_t>(n) * c_.n_embd,
+          stream);
+    for (int il = 0; il < c_.n_layer; ++il) {
+      const Gemma3DeviceLayer& l = layers_[il];
+      const bool sliding = c_.layer_sliding[il] != 0;
+      // Attention block. h holds the previous block's post-normed output: its residual add is
+      // fused into this norm.
+      if (il == 0) {
+        rms_norm(b.x, l.attn_norm, b.h, n, c_.n_embd, eps, stream);
+      } else {
+        add_rms_norm(b.x, b.h, l.attn_norm, b.h, n, c_.n_embd, eps, stream);
+      }
+      linear(l.wq, b.h, n, b.q, b.xq, stream);  // [n, n_head * head_dim]
+      linear(l.wk, b.h, n, b.k, b.xq, stream);  // [n, n_head_kv * head_dim]
+      linear(l.wv, b.h, n, b.v, b.xq, stream);
+      // Heads are contiguous, so a per-head norm is a norm over [n * heads, head_dim] rows.
+      rms_norm(b.q, l.q_norm, b.q, static_cast<int64_t>(n) * c_.n_head, c_.head_dim, eps, stream);
+      rms_norm(b.k, l.k_norm, b.k, static_cast<int64_t>(n) * c_.n_head_kv, c_.head_dim, eps,
+               stream);
+      const float rope_base = sliding ? c_.rope_base_local : c_.rope_base;
+      rope(b.q, b.positions, n, c_.n_head, c_.head_dim, c_.n_rot, rope_base, c_.rope_mode, stream);
+      rope(b.k, b.positions, n, c_.n_head_kv, c_.head_dim, c_.n_rot, rope_base, c_.rope_mode,
+           stream);
+      store_kv(b.batch, b.kv[il], b.k, b.v, stream);
+      attention({.batch = b.batch,
+                 .kv = b.kv[il],
+                 .q = b.q,
+                 .out = b.attn,
+                 .n_head = c_.n_head,
+                 .n_head_kv = c_.n_head_kv,
+                 .head_dim = c_.head_dim,
+                 .head_dim_v = c_.head_dim_v,
+                 .scale = c_.attn_scale,
+                 .window = sliding ? c_.sliding_window : 0,
+                 .partial = b.attn_partial},
+                stream);
+      linear(l.wo, b.attn, n, b.h, b.xq, stream);
+      rms_norm(b.h, l.post_attn_norm, b.h, n, c_.n_embd, eps, stream);
+      // Feed-forward block (GELU-gated), after x += h.
+      add_rms_norm(b.x, b.h, l.ffn_norm, b.h, n, c_.n_embd, eps, stream);
+      linear(l.ffn_gate, b.h, n, b.gate, b.xq, stream);
+      linear(l.ffn_up, b.h, n, b.up, b.xq, stream);
+      gelu_tanh_mul(b.gate, b.up, static_cast<int64_t>(n) * c_.n_ff, stream);
+      linear(l.ffn_down, b.gate, n, b.h, b.xq, stream);
+      rms_norm(b.h, l.post_ffn_norm, b.h, n, c_.n_embd, eps, stream);
+    }
+    add(b.x, b.h, static_cast<int64_t>(n) * c_.n_embd, stream);  // the last block's residual
+    // Only the rows whose logits are read go through the LM head (the embedding table, tied).
+    gather_rows(b.x, b.logit_rows, b.n_logits, c_.n_embd, b.logit_x, stream);
+    rms_norm(b.logit_x, output_norm_, b.logit_x, b.n_logits, c_.n_embd, eps, stream);
+    linear(token_embd_, b.logit_x, b.n_logits, b.logits, b.xq, stream);
+  }
+
+ private:
+  const ModelConfig c_;
+  DeviceLinear token_embd_;
+  const float* output_norm_ = nullptr;
+  std::vector<Gemma3DeviceLayer> layers_;
+};
+
+}  // namespace
+
+Expected<std::unique_ptr<DevicePass>> upload_gemma3(const Gemma3Model& cpu,
+                                                    DeviceWeights& weights) {
+  auto pass = std::make_unique<Gemma3Pass>(cpu.config());
+  SALVO_RETURN_IF_ERROR(pass->upload(cpu, weights));
+  return std::unique_ptr<DevicePass>(std::move(pass));
+}
+
+}  // namespace salvo::cuda

@@ -1,0 +1,93 @@
+// What CudaModel shares with the forward pass of each architecture: the device copies of the
+// weights, the activation buffers of one pass, and the interface a pass implements. CudaModel
+// (cuda_model.cc) owns the stream, the buffers, the KV mirror and the graphs; an architecture
+// (cuda_gemma3.cc) uploads its weights and enqueues its kernels.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/kernels.h"
+#include "models/model.h"
+#include "quant/types.h"
+
+namespace salvo {
+class Gemma3Model;
+}
+
+namespace salvo::cuda {
+
+struct DeviceLinear {
+  MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
+};
+
+// Room for the int8 form of a pass's matmul inputs ([n, width] values and their Q8Meta).
+struct Q8Buffer {
+  int8_t* q = nullptr;
+  Q8Meta* meta = nullptr;
+};
+
+// y = x W^T (+ bias) for n rows on `stream`. When the weight's kernel reads int8 activations,
+// x is quantized into `xq` first (the pass's own buffer: a captured graph must not point at
+// memory that another caller may move).
+inline void linear(const DeviceLinear& l, const float* x, int n, float* y, const Q8Buffer& xq,
+                   cudaStream_t stream) {
+  MatmulParams p = l.shape;
+  p.x = x;
+  p.n_rows = n;
+  p.y = y;
+  if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, p.type))) {
+    quantize_rows(x, n, p.n_in, xq.q, xq.meta, n, stream);
+    p.xq = {xq.q, xq.meta, n};
+  }
+  matmul(p, stream);
+}
+
+// The device copies of one model's weights, uploaded once in their GGUF formats.
+class DeviceWeights {
+ public:
+  Status upload_tensor(const void* host, size_t bytes, const void** device);
+  Status upload_vector(const float* host, int64_t n, const float** device);
+  // Fails for a type or width the matmul kernels do not read.
+  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out);
+
+ private:
+  std::vector<DeviceBuffer> buffers_;
+};
+
+// The device arrays of one pass of n rows (n_logits of them want logits), sized by CudaModel
+// from the config: activations are row-major float32.
+struct PassBuffers {
+  int n = 0, n_logits = 0;
+  const int32_t* tokens = nullptr;      // [n]
+  const int32_t* positions = nullptr;   // [n]
+  const int32_t* logit_rows = nullptr;  // [n_logits] batch rows that want logits
+  BatchView batch;
+  std::span<const KvLayerView> kv;                 // [n_layer] the device cache of each layer
+  float *x = nullptr, *h = nullptr;                // [n, n_embd]
+  float *q = nullptr, *k = nullptr, *v = nullptr;  // [n, q_width], [n, kv_width], [n, v_width]
+  float* attn = nullptr;                           // [n, n_head * head_dim_v]
+  float *gate = nullptr, *up = nullptr;            // [n, n_ff]
+  float* attn_partial = nullptr;                   // AttentionParams::partial
+  float* logit_x = nullptr;                        // [n_logits, n_embd]
+  float* logits = nullptr;                         // [n_logits, n_vocab]
+  Q8Buffer xq;  // [n, max(n_embd, n_head * head_dim_v, n_ff)] int8 matmul inputs
+};
+
+// The forward pass of one architecture: kernels only, on `stream`, no host synchronisation
+// (CudaModel captures them into a CUDA graph per batch shape). It reads b.tokens and writes
+// b.logits; the other buffers are its scratch.
+class DevicePass {
+ public:
+  virtual ~DevicePass() = default;
+  virtual void enqueue(const PassBuffers& b, cudaStream_t stream) const = 0;
+};
+
+// The gemma3 pass (cuda_gemma3.cc), its weights uploaded into `weights`.
+Expected<std::unique_ptr<DevicePass>> upload_gemma3(const Gemma3Model& cpu, DeviceWeights& weights);
+
+}  // namespace salvo::cuda
