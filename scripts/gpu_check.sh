@@ -43,7 +43,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 nvcc --version | tail -1
 
 log "build"
-args=(-S "$root" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSALVO_CUDA_TESTS=ON)
+args=(-S "$root" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSALVO_CUDA_TESTS=ON
+  -DSALVO_SERVER=OFF)
 if [[ -n $deps ]]; then
   for p in fmt CLI11 nlohmann_json GTest; do args+=("-D${p}_DIR=$deps/cmake"); done
 fi
