@@ -22,6 +22,7 @@
 
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/kernels.h"
+#include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "models/model.h"
@@ -32,35 +33,9 @@
 namespace salvo {
 namespace {
 
-std::vector<std::string> test_models() {
-  const char* env = std::getenv("SALVO_CUDA_TEST_MODELS");
-  std::vector<std::string> paths;
-  if (env == nullptr) return paths;
-  std::stringstream ss(env);
-  for (std::string p; std::getline(ss, p, ':');) {
-    if (!p.empty()) paths.push_back(p);
-  }
-  return paths;
-}
-
-double nmse(const float* got, const float* want, size_t n) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < n; ++i) {
-    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    ref += static_cast<double>(want[i]) * want[i];
-  }
-  return ref > 0 ? err / ref : err;
-}
-
-std::vector<int32_t> prompt_tokens(int n, int n_vocab, uint32_t seed = 99) {
-  std::vector<int32_t> ids(n);
-  uint32_t state = seed;
-  for (auto& id : ids) {
-    state = state * 1664525u + 1013904223u;
-    id = static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(n_vocab));
-  }
-  return ids;
-}
+using cuda_test::nmse;
+using cuda_test::prompt_tokens;
+using cuda_test::test_models;
 
 // A random drafter for `target` in the DFlash format (as tests/python/dflash_ref.py writes
 // them): matrices I8 with per-row scales, layer 0's o.weight F32 (the device rounds it to F16),

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
+#include "cuda_test_util.h"
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "models/model.h"
@@ -22,38 +23,12 @@
 namespace salvo {
 namespace {
 
-std::vector<std::string> test_models() {
-  const char* env = std::getenv("SALVO_CUDA_TEST_MODELS");
-  std::vector<std::string> paths;
-  if (env == nullptr) return paths;
-  std::stringstream ss(env);
-  for (std::string p; std::getline(ss, p, ':');) {
-    if (!p.empty()) paths.push_back(p);
-  }
-  return paths;
-}
-
-double nmse(const float* got, const float* want, size_t n) {
-  double err = 0, ref = 0;
-  for (size_t i = 0; i < n; ++i) {
-    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
-    ref += static_cast<double>(want[i]) * want[i];
-  }
-  return ref > 0 ? err / ref : err;
-}
+using cuda_test::nmse;
+using cuda_test::prompt_tokens;
+using cuda_test::test_models;
 
 int argmax(const float* row, int n) {
   return static_cast<int>(std::max_element(row, row + n) - row);
-}
-
-std::vector<int32_t> prompt_tokens(int n, int n_vocab) {
-  std::vector<int32_t> ids(n);
-  uint32_t state = 99;
-  for (auto& id : ids) {
-    state = state * 1664525u + 1013904223u;
-    id = static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(n_vocab));
-  }
-  return ids;
 }
 
 // root (row 0) -> row 1 -> row 3? No: DFS order. Rows: 0 root, 1 child a, 2 grandchild under a,

@@ -1,0 +1,45 @@
+// Helpers shared by the CUDA tests: the models they run on and how close two backends are.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+namespace salvo::cuda_test {
+
+// The GGUF paths in SALVO_CUDA_TEST_MODELS (':'-separated; scripts/gpu_check.sh sets it).
+inline std::vector<std::string> test_models() {
+  const char* env = std::getenv("SALVO_CUDA_TEST_MODELS");
+  std::vector<std::string> paths;
+  if (env == nullptr) return paths;
+  std::stringstream ss(env);
+  for (std::string p; std::getline(ss, p, ':');) {
+    if (!p.empty()) paths.push_back(p);
+  }
+  return paths;
+}
+
+// Normalised mean squared error of `got` against `want` (the reference).
+inline double nmse(const float* got, const float* want, size_t n) {
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < n; ++i) {
+    err += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+    ref += static_cast<double>(want[i]) * want[i];
+  }
+  return ref > 0 ? err / ref : err;
+}
+
+// n token ids below n_vocab from a fixed LCG: the same prompt on every run and backend.
+inline std::vector<int32_t> prompt_tokens(int n, int n_vocab, uint32_t seed = 99) {
+  std::vector<int32_t> ids(n);
+  uint32_t state = seed;
+  for (auto& id : ids) {
+    state = state * 1664525u + 1013904223u;
+    id = static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(n_vocab));
+  }
+  return ids;
+}
+
+}  // namespace salvo::cuda_test
