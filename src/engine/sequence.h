@@ -126,7 +126,7 @@ class Sequence {
   void finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden = {});
   void finish_pass(std::span<const float> logits, double pass_ms,
                    std::span<const float> hidden = {}) {
-    finish_pass(LogitRows{.logits = logits}, pass_ms, hidden);
+    finish_pass(LogitRows{.logits = logits, .argmax = {}}, pass_ms, hidden);
   }
   // The pass failed: forget its rows; the sequence stays usable for a new start().
   void abort_pass();

@@ -29,7 +29,8 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
       sequence_.abort_pass();
       return st;
     }
-    const LogitRows rows = ids_only ? LogitRows{.argmax = argmax_} : LogitRows{.logits = logits_};
+    const LogitRows rows = ids_only ? LogitRows{.logits = {}, .argmax = argmax_}
+                                    : LogitRows{.logits = logits_, .argmax = {}};
     sequence_.finish_pass(
         rows, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
         batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_));

@@ -218,8 +218,10 @@ void Scheduler::run() {
       const size_t n = static_cast<size_t>(slot.logit_rows) * (ids_only ? 1 : n_vocab);
       SALVO_CHECK(offset + n <= (ids_only ? argmax.size() : logits.size()));
       const LogitRows rows =
-          ids_only ? LogitRows{.argmax = std::span<const int32_t>(argmax.data() + offset, n)}
-                   : LogitRows{.logits = std::span<const float>(logits.data() + offset, n)};
+          ids_only ? LogitRows{.logits = {},
+                               .argmax = std::span<const int32_t>(argmax.data() + offset, n)}
+                   : LogitRows{.logits = std::span<const float>(logits.data() + offset, n),
+                               .argmax = {}};
       slot.sequence->finish_pass(
           rows, pass_ms,
           batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden));

@@ -121,7 +121,10 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
     plain_ms_since_probe_ = 0;
     probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
   }
-  return best_size(max_budget, max_depth);
+  // A probe, or the first drafted passes (nothing measured yet), stays shallow: whether drafting
+  // pays shows at the first depths, and deeper trees follow once it does.
+  const bool probing = !drafting_ || drafted_rate_ == 0;
+  return best_size(max_budget, probing ? std::min(max_depth, kProbeDepth) : max_depth);
 }
 
 void SpecPolicy::add_catch_up(double ms, int missed) {

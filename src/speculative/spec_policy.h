@@ -79,6 +79,10 @@ class SpecPolicy {
   static constexpr int kPlainRefresh = 32;      // drafted passes between plain ones that re-measure
   static constexpr double kClearWin = 1.5;      // drafted over plain rate that needs fewer checks
   static constexpr double kProbeShare = 0.015;  // of plain time that failed probes may cost
+  // Deepest tree of a probe (and of the first drafted passes): a probe asks whether drafting
+  // pays at all, which the first depths answer, and a drafter's cost grows with depth (a DFlash
+  // drafter on a CPU runs the LM head once per level), so a failed probe stays cheap.
+  static constexpr int kProbeDepth = 3;
 
   DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
   // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.

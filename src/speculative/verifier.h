@@ -42,7 +42,7 @@ class Verifier {
                       std::vector<int32_t>& history) const;
   AcceptResult accept(const DraftTree& tree, std::span<const float> logits, Sampler& sampler,
                       std::vector<int32_t>& history) const {
-    return accept(tree, LogitRows{.logits = logits}, sampler, history);
+    return accept(tree, LogitRows{.logits = logits, .argmax = {}}, sampler, history);
   }
 };
 
