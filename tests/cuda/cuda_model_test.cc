@@ -184,7 +184,12 @@ TEST_F(CudaModelTest, ArgmaxIdsEqualArgmaxOfLogits) {
 TEST_F(CudaModelTest, GreedySessionEqualsGreedyLoopOverLogits) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
-    auto engine = Engine::load(path, {.threads = 2, .placement = cuda::to_device});
+    auto engine = Engine::load(path, {.threads = 2,
+                                      .draft_model_path = {},
+                                      .placement = cuda::to_device,
+                                      .drafter_dir = {},
+                                      .find_drafter = false,
+                                      .drafter_placement = {}});
     ASSERT_TRUE(engine.ok()) << engine.status().message();
     Engine& e = **engine;
     const int n_vocab = e.model().config().n_vocab;
@@ -221,7 +226,12 @@ TEST_F(CudaModelTest, GreedySessionEqualsGreedyLoopOverLogits) {
 TEST_F(CudaModelTest, SpeculationDoesNotChangeTokens) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
-    auto engine = Engine::load(path, {.threads = 4, .placement = cuda::to_device});
+    auto engine = Engine::load(path, {.threads = 4,
+                                      .draft_model_path = {},
+                                      .placement = cuda::to_device,
+                                      .drafter_dir = {},
+                                      .find_drafter = false,
+                                      .drafter_placement = {}});
     ASSERT_TRUE(engine.ok()) << engine.status().message();
     Engine& e = **engine;
     // A repetitive prompt, so the n-gram drafter has something to propose.

@@ -62,6 +62,12 @@ std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   return v;
 }
 
+// The values a half-precision cache slot holds for x (KvCache stores IEEE halves).
+std::vector<float> half_rounded(std::vector<float> x) {
+  for (float& v : x) v = fp16_to_fp32(fp32_to_fp16(v));
+  return x;
+}
+
 void put_f16(std::vector<uint8_t>& bytes, size_t at, float value) {
   const uint16_t h = fp32_to_fp16(value);
   std::memcpy(&bytes[at], &h, 2);
@@ -149,7 +155,8 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
                              .n_rows = n_rows,
                              .y = dy.ptr,
                              .bias = dbias.ptr,
-                             .variant = variant};
+                             .variant = variant,
+                             .xq = {}};
         cuda::matmul(p, nullptr);
         const auto y = dy.host();
         std::vector<float> want(n_rows * n_out);
@@ -340,22 +347,25 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
     KvCache kv(c, 2, capacity);
     kv.commit_prefix(0, 600);
     kv.commit_prefix(1, 12);
-    // Fill every slot of both layers with known values (host and device copies agree).
+    // Fill every slot of both layers with known values. The host cache holds halves and the
+    // device cache floats, so the values are rounded to half first: both copies then agree.
     const size_t layer_floats = 2ull * capacity * c.kv_width();
-    std::vector<float> k_all = random_floats(2 * layer_floats, 21);
-    std::vector<float> v_all = random_floats(2 * layer_floats, 22);
+    const std::vector<float> k_all = half_rounded(random_floats(2 * layer_floats, 21));
+    const std::vector<float> v_all = half_rounded(random_floats(2 * layer_floats, 22));
     for (int l = 0; l < 2; ++l) {
       for (int s = 0; s < 2; ++s) {
         for (int slot = 0; slot < capacity; ++slot) {
           const size_t at = ((l * 2 + s) * capacity + slot) * c.kv_width();
-          std::memcpy(kv.key(l, s, slot), &k_all[at], c.kv_width() * sizeof(float));
-          std::memcpy(kv.value(l, s, slot), &v_all[at], c.kv_width() * sizeof(float));
+          for (int i = 0; i < c.kv_width(); ++i) {
+            kv.key(l, s, slot)[i] = fp32_to_fp16(k_all[at + i]);
+            kv.value(l, s, slot)[i] = fp32_to_fp16(v_all[at + i]);
+          }
         }
       }
     }
     const auto q = random_floats(n * c.q_width(), 23);
-    const auto k_new = random_floats(n * c.kv_width(), 24);
-    const auto v_new = random_floats(n * c.kv_width(), 25);
+    const auto k_new = half_rounded(random_floats(n * c.kv_width(), 24));
+    const auto v_new = half_rounded(random_floats(n * c.kv_width(), 25));
     ops::BatchLayout layout;
     layout.build(f.batch, kv);
     store_kv(kv, layer, f.batch, layout, k_new.data(), v_new.data());
