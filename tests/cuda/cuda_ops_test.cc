@@ -433,8 +433,12 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
       const auto k_after = dk.host();
       for (int l = 0; l < 2; ++l) {
         for (int s = 0; s < 603; ++s) {
+          // The device holds floats, the host halves of the same (half-rounded) values.
           const float* got = &k_after[(l * 2 * capacity + s) * c.kv_width()];
-          EXPECT_EQ(std::memcmp(got, kv.key(l, 0, s), c.kv_width() * sizeof(float)), 0);
+          const KvCache::Elem* want_half = kv.key(l, 0, s);
+          int differ = 0;
+          for (int i = 0; i < c.kv_width(); ++i) differ += got[i] != fp16_to_fp32(want_half[i]);
+          EXPECT_EQ(differ, 0) << "layer " << l << " slot " << s;
         }
       }
     }
@@ -451,12 +455,15 @@ TEST_F(CudaOps, CommitMovesOverlappingSlotsInOrder) {
   const int capacity = 8;
   KvCache kv(c, 1, capacity);
   const size_t layer_floats = capacity * 64;
-  const auto k_all = random_floats(3 * layer_floats, 31),
-             v_all = random_floats(3 * layer_floats, 32);
+  // Half-rounded values: the host cache holds halves, the device floats of the same values.
+  const auto k_all = half_rounded(random_floats(3 * layer_floats, 31)),
+             v_all = half_rounded(random_floats(3 * layer_floats, 32));
   for (int l = 0; l < 3; ++l) {
     for (int s = 0; s < capacity; ++s) {
-      std::memcpy(kv.key(l, 0, s), &k_all[l * layer_floats + s * 64], 64 * sizeof(float));
-      std::memcpy(kv.value(l, 0, s), &v_all[l * layer_floats + s * 64], 64 * sizeof(float));
+      for (int i = 0; i < 64; ++i) {
+        kv.key(l, 0, s)[i] = fp32_to_fp16(k_all[l * layer_floats + s * 64 + i]);
+        kv.value(l, 0, s)[i] = fp32_to_fp16(v_all[l * layer_floats + s * 64 + i]);
+      }
     }
   }
   const std::vector<int32_t> accepted = {1, 2, 4};
@@ -468,8 +475,12 @@ TEST_F(CudaOps, CommitMovesOverlappingSlotsInOrder) {
   const auto k = dk.host(), v = dv.host();
   for (int l = 0; l < 3; ++l) {
     for (int s = 0; s < 3; ++s) {
-      EXPECT_EQ(std::memcmp(&k[l * layer_floats + s * 64], kv.key(l, 0, s), 256), 0);
-      EXPECT_EQ(std::memcmp(&v[l * layer_floats + s * 64], kv.value(l, 0, s), 256), 0);
+      int differ = 0;
+      for (int i = 0; i < 64; ++i) {
+        differ += k[l * layer_floats + s * 64 + i] != fp16_to_fp32(kv.key(l, 0, s)[i]);
+        differ += v[l * layer_floats + s * 64 + i] != fp16_to_fp32(kv.value(l, 0, s)[i]);
+      }
+      EXPECT_EQ(differ, 0) << "layer " << l << " slot " << s;
     }
   }
 }
