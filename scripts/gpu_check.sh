@@ -102,22 +102,27 @@ mm_args=()
   failures+=("cuda_matmul_bench")
 grep -E "FAIL|^LAYER|check\(s\) failed" "$work/matmul_bench.log" || true
 
-log "speculation invariant through the CLI (--spec ngram vs --spec none, greedy, same seed)"
+log "speculation invariant through the CLI (--spec ngram / dflash vs --spec none, greedy, same seed)"
 prompt="The quick brown fox jumps over the lazy dog. The quick brown fox jumps over the lazy dog."
-for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m gemma3-270m-sw32; do
-  for spec in none ngram; do
-    "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
-      --seed 7 --ignore-eos -n 96 --spec "$spec" --json >"$work/run_${model}_$spec.json"
-  done
-  python3 - "$work/run_${model}_none.json" "$work/run_${model}_ngram.json" <<'PY' ||
+# run MODEL TAG N FLAGS...: one greedy generation of N tokens into $work/run_MODEL_TAG.json.
+run() {
+  "$salvo" run --device cuda --model "$m/$1.gguf" --raw -m "$prompt" --temperature 0 --seed 7 \
+    --ignore-eos -n "$3" --json "${@:4}" >"$work/run_$1_$2.json"
+}
+# same_ids MODEL PLAIN_TAG TAG: prints both runs' passes; fails unless the token ids are equal.
+same_ids() {
+  python3 - "$work/run_$1_$2.json" "$work/run_$1_$3.json" "$3" <<'PY'
 import json, sys
 a, b = (json.load(open(p)) for p in sys.argv[1:3])
 print(f"  {a['model']}: none {a['n_generated']} tokens / {a['forward_passes']} passes, "
-      f"ngram {b['n_generated']} tokens / {b['forward_passes']} passes; "
+      f"{sys.argv[3]} {b['n_generated']} tokens / {b['forward_passes']} passes; "
       f"ids {'identical' if a['tokens'] == b['tokens'] else 'DIFFER'}")
 sys.exit(0 if a["tokens"] == b["tokens"] else 1)
 PY
-    failures+=("spec invariant $model")
+}
+for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m gemma3-270m-sw32; do
+  run "$model" none 96 --spec none && run "$model" ngram 96 --spec ngram &&
+    same_ids "$model" none ngram || failures+=("spec invariant $model")
 done
 
 log "DFlash on CUDA through the CLI (--spec dflash vs --spec none, random drafters)"
@@ -127,21 +132,10 @@ for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m; do
     failures+=("dflash CLI $model: no drafter (cuda_dflash_test writes it)")
     continue
   fi
+  run "$model" none64 64 --spec none || { failures+=("dflash CLI $model none"); continue; }
   for tree in chain adapter; do
-    "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
-      --seed 7 --ignore-eos -n 64 --spec dflash --spec-tree "$tree" --drafter "$drafter" --json \
-      >"$work/run_${model}_dflash_$tree.json" || { failures+=("dflash CLI $model $tree"); continue; }
-    "$salvo" run --device cuda --model "$m/$model.gguf" --raw -m "$prompt" --temperature 0 \
-      --seed 7 --ignore-eos -n 64 --spec none --json >"$work/run_${model}_none64.json"
-    python3 - "$work/run_${model}_none64.json" "$work/run_${model}_dflash_$tree.json" <<'PY' ||
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:3])
-print(f"  {a['model']}: none {a['n_generated']} tokens / {a['forward_passes']} passes, "
-      f"dflash {b['n_generated']} tokens / {b['forward_passes']} passes; "
-      f"ids {'identical' if a['tokens'] == b['tokens'] else 'DIFFER'}")
-sys.exit(0 if a["tokens"] == b["tokens"] else 1)
-PY
-      failures+=("dflash spec invariant $model $tree")
+    run "$model" "dflash_$tree" 64 --spec dflash --spec-tree "$tree" --drafter "$drafter" &&
+      same_ids "$model" none64 "dflash_$tree" || failures+=("dflash spec invariant $model $tree")
   done
 done
 

@@ -208,14 +208,10 @@ TEST(CudaDflashKernels, TopCandidatesMatchCpu) {
 TEST_F(CudaDflashTest, HiddenStatesMatchCpu) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
-    auto cpu = load_model(path);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-    auto cpu_copy = load_model(path);
-    ASSERT_TRUE(cpu_copy.ok());
-    auto gpu = cuda::to_device(std::move(cpu_copy).value());
-    ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-    Model& c_model = **cpu;
-    Model& g_model = **gpu;
+    auto models = cuda_test::load_cpu_and_gpu(path);
+    ASSERT_TRUE(models.ok()) << models.status().message();
+    Model& c_model = *models->cpu;
+    Model& g_model = *models->gpu;
     const ModelConfig& c = c_model.config();
     ThreadPool pool(8);
     // Any layers, in any order, repeated: the columns follow the list.
@@ -313,14 +309,10 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
   for (const std::string& path : models_) {
     ++index;
     SCOPED_TRACE(path);
-    auto cpu = load_model(path);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-    auto cpu_copy = load_model(path);
-    ASSERT_TRUE(cpu_copy.ok());
-    auto gpu = cuda::to_device(std::move(cpu_copy).value());
-    ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-    Model& c_model = **cpu;
-    Model& g_model = **gpu;
+    auto models = cuda_test::load_cpu_and_gpu(path);
+    ASSERT_TRUE(models.ok()) << models.status().message();
+    Model& c_model = *models->cpu;
+    Model& g_model = *models->gpu;
     const ModelConfig& tc = c_model.config();
     ThreadPool pool(8);
     for (const std::string& dir : drafters_for(path, tc)) {

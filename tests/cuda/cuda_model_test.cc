@@ -58,14 +58,10 @@ class CudaModelTest : public ::testing::Test {
 TEST_F(CudaModelTest, LogitsMatchCpuAndTreeEqualsSequentialDecode) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
-    auto cpu = load_model(path);
-    ASSERT_TRUE(cpu.ok()) << cpu.status().message();
-    auto cpu_copy = load_model(path);
-    ASSERT_TRUE(cpu_copy.ok());
-    auto gpu = cuda::to_device(std::move(cpu_copy).value());
-    ASSERT_TRUE(gpu.ok()) << gpu.status().message();
-    Model& c_model = **cpu;
-    Model& g_model = **gpu;
+    auto models = cuda_test::load_cpu_and_gpu(path);
+    ASSERT_TRUE(models.ok()) << models.status().message();
+    Model& c_model = *models->cpu;
+    Model& g_model = *models->gpu;
     const int n_vocab = c_model.config().n_vocab;
     ThreadPool pool(8);
 

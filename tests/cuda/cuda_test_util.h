@@ -3,9 +3,13 @@
 
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "backends/cuda/cuda_backend.h"
+#include "models/model.h"
 
 namespace salvo::cuda_test {
 
@@ -40,6 +44,20 @@ inline std::vector<int32_t> prompt_tokens(int n, int n_vocab, uint32_t seed = 99
     id = static_cast<int32_t>((state >> 8) % static_cast<uint32_t>(n_vocab));
   }
   return ids;
+}
+
+// The same GGUF loaded twice: on the CPU (the reference) and placed on the GPU.
+struct ModelPair {
+  std::unique_ptr<Model> cpu, gpu;
+};
+inline Expected<ModelPair> load_cpu_and_gpu(const std::string& path) {
+  auto cpu = load_model(path);
+  if (!cpu.ok()) return cpu.status();
+  auto cpu_copy = load_model(path);
+  if (!cpu_copy.ok()) return cpu_copy.status();
+  auto gpu = cuda::to_device(std::move(cpu_copy).value());
+  if (!gpu.ok()) return gpu.status();
+  return ModelPair{std::move(cpu).value(), std::move(gpu).value()};
 }
 
 }  // namespace salvo::cuda_test
