@@ -287,6 +287,151 @@ TEST_F(CudaOps, RmsNormActivationsAddScaleGather) {
   }
 }
 
+bool same_meta(const std::vector<cuda::Q8Meta>& a, const std::vector<cuda::Q8Meta>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].d != b[i].d || a[i].sum_lo != b[i].sum_lo || a[i].sum_hi != b[i].sum_hi) return false;
+  }
+  return true;
+}
+
+// The fused kernels give the bits of the unfused sequence they replace: the norms and gated
+// activations with the int8 copy of their output (quantize_rows), RoPE with the K/V stores.
+TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
+  const int rows = 5, dim = 896;
+  const auto x = random_floats(rows * dim, 31, 3.0f), w = random_floats(dim, 32);
+  const auto h = random_floats(rows * dim, 33);
+  Dev<float> dw(w);
+  for (bool residual : {false, true}) {
+    SCOPED_TRACE(residual);
+    Dev<float> x1(x), h1(h), x2(x), h2(h);
+    Dev<int8_t> q1(rows * dim), q2(rows * dim);
+    Dev<cuda::Q8Meta> m1(dim / 32 * rows), m2(dim / 32 * rows);
+    if (residual) {
+      cuda::add_rms_norm(x1.ptr, h1.ptr, dw.ptr, h1.ptr, rows, dim, 1e-6f, nullptr);
+    } else {
+      cuda::rms_norm(x1.ptr, dw.ptr, h1.ptr, rows, dim, 1e-6f, nullptr);
+    }
+    cuda::quantize_rows(h1.ptr, rows, dim, q1.ptr, m1.ptr, rows, nullptr);
+    cuda::rms_norm_q8(x2.ptr, residual ? h2.ptr : nullptr, dw.ptr, h2.ptr, rows, dim, 1e-6f,
+                      {q2.ptr, m2.ptr, rows}, nullptr);
+    EXPECT_EQ(x2.host(), x1.host());
+    EXPECT_EQ(h2.host(), h1.host());
+    EXPECT_EQ(q2.host(), q1.host());
+    EXPECT_TRUE(same_meta(m2.host(), m1.host()));
+  }
+  for (cuda::GatedAct act : {cuda::GatedAct::kSilu, cuda::GatedAct::kGeluTanh}) {
+    Dev<float> g1(x), g2(x), du(h);
+    Dev<int8_t> q1(rows * dim), q2(rows * dim);
+    Dev<cuda::Q8Meta> m1(dim / 32 * rows), m2(dim / 32 * rows);
+    if (act == cuda::GatedAct::kSilu) {
+      cuda::silu_mul(g1.ptr, du.ptr, rows * dim, nullptr);
+    } else {
+      cuda::gelu_tanh_mul(g1.ptr, du.ptr, rows * dim, nullptr);
+    }
+    cuda::quantize_rows(g1.ptr, rows, dim, q1.ptr, m1.ptr, rows, nullptr);
+    cuda::gated_act_q8(act, g2.ptr, du.ptr, rows, dim, {q2.ptr, m2.ptr, rows}, nullptr);
+    EXPECT_EQ(g2.host(), g1.host());
+    EXPECT_EQ(q2.host(), q1.host());
+    EXPECT_TRUE(same_meta(m2.host(), m1.host()));
+  }
+  // RoPE + stores: 3 rows of two sequences into a 2-sequence, 16-slot cache.
+  const int n_head = 6, n_head_kv = 2, head_dim = 64, capacity = 16;
+  const std::vector<int32_t> seq = {0, 1, 1}, pos = {3, 7, 8}, slot = {3, 7, 8};
+  Dev<int32_t> dseq(seq), dpos(pos), dslot(slot);
+  const cuda::BatchView bv{.n_rows = 3, .seq = dseq.ptr, .pos = dpos.ptr, .slot = dslot.ptr};
+  for (RopeMode mode : {RopeMode::kRopeNorm, RopeMode::kRopeNeox}) {
+    const auto q = random_floats(3 * n_head * head_dim, 34),
+               k = random_floats(3 * n_head_kv * head_dim, 35);
+    const auto v = random_floats(3 * n_head_kv * head_dim, 36);
+    Dev<float> q1(q), k1(k), q2(q), k2(k), dv(v);
+    Dev<float> kc1(2 * capacity * n_head_kv * head_dim), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n);
+    cudaMemset(kc1.ptr, 0, kc1.n * 4), cudaMemset(vc1.ptr, 0, kc1.n * 4);
+    cudaMemset(kc2.ptr, 0, kc1.n * 4), cudaMemset(vc2.ptr, 0, kc1.n * 4);
+    const int width = n_head_kv * head_dim;
+    cuda::rope(q1.ptr, dpos.ptr, 3, n_head, head_dim, 48, 1e4f, mode, nullptr);
+    cuda::rope(k1.ptr, dpos.ptr, 3, n_head_kv, head_dim, 48, 1e4f, mode, nullptr);
+    cuda::store_kv(bv, {kc1.ptr, vc1.ptr, capacity, width, width}, k1.ptr, dv.ptr, nullptr);
+    cuda::rope_store_kv({.batch = bv,
+                         .kv = {kc2.ptr, vc2.ptr, capacity, width, width},
+                         .q = q2.ptr,
+                         .k = k2.ptr,
+                         .v = dv.ptr,
+                         .n_head = n_head,
+                         .n_head_kv = n_head_kv,
+                         .head_dim = head_dim,
+                         .n_rot = 48,
+                         .base = 1e4f,
+                         .mode = mode},
+                        nullptr);
+    EXPECT_EQ(q2.host(), q1.host());
+    EXPECT_EQ(k2.host(), k1.host());
+    EXPECT_EQ(kc2.host(), kc1.host());
+    EXPECT_EQ(vc2.host(), vc1.host());
+  }
+}
+
+// Q/K/V-like groups in one launch: each matrix close to its own launch, and every row of a
+// group bit-identical to the group launched for that row alone (row invariance).
+TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
+  const int64_t n_in = 512;
+  const int64_t n_outs[3] = {96, 32, 48};
+  const int rows = 19;
+  for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ8_0}) {
+    SCOPED_TRACE(std::string(traits(type).name));
+    const auto x = random_floats(rows * n_in, 41);
+    Dev<float> dx(x);
+    Dev<int8_t> dq(rows * n_in);
+    Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
+    cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
+    std::vector<std::vector<uint8_t>> weights;
+    std::vector<Dev<uint8_t>*> dws;
+    std::vector<Dev<float>*> ys, singles;
+    cuda::MatmulParams parts[3];
+    for (int i = 0; i < 3; ++i) {
+      weights.push_back(random_weights(type, n_outs[i], n_in, 50 + i));
+      dws.push_back(new Dev<uint8_t>(weights.back()));
+      ys.push_back(new Dev<float>(rows * n_outs[i]));
+      singles.push_back(new Dev<float>(rows * n_outs[i]));
+      parts[i] = {.type = type,
+                  .w = dws[i]->ptr,
+                  .n_out = n_outs[i],
+                  .n_in = n_in,
+                  .x = dx.ptr,
+                  .n_rows = rows,
+                  .y = ys[i]->ptr,
+                  .variant = cuda::MatmulVariant::kMma,
+                  .xq = {dq.ptr, dm.ptr, rows}};
+      cuda::MatmulParams single = parts[i];
+      single.y = singles[i]->ptr;
+      cuda::matmul(single, nullptr);
+    }
+    cuda::matmul_group(parts, 3, nullptr);
+    for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(ys[i]->host(), singles[i]->host()), 1e-10) << i;
+    // Row 7 alone.
+    Dev<int8_t> dq1(n_in);
+    Dev<cuda::Q8Meta> dm1(n_in / 32);
+    Dev<float> dx1(std::vector<float>(x.begin() + 7 * n_in, x.begin() + 8 * n_in));
+    cuda::quantize_rows(dx1.ptr, 1, n_in, dq1.ptr, dm1.ptr, 1, nullptr);
+    cuda::MatmulParams one[3];
+    std::vector<Dev<float>*> y1;
+    for (int i = 0; i < 3; ++i) {
+      y1.push_back(new Dev<float>(n_outs[i]));
+      one[i] = parts[i];
+      one[i].x = dx1.ptr;
+      one[i].n_rows = 1;
+      one[i].y = y1[i]->ptr;
+      one[i].xq = {dq1.ptr, dm1.ptr, 1};
+    }
+    cuda::matmul_group(one, 3, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      const auto all = ys[i]->host(), alone = y1[i]->host();
+      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 7 * n_outs[i])) << i;
+      delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+    }
+  }
+}
+
 TEST_F(CudaOps, RopeNormAndNeox) {
   const int rows = 5, heads = 4, head_dim = 128;
   const std::vector<int32_t> positions = {0, 1, 17, 4000, 31000};
@@ -412,9 +557,34 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                      .head_dim_v = c.head_dim_v,
                      .scale = scale,
                      .window = window,
-                     .partial = partial.ptr},
+                     .partial = partial.ptr,
+                     .out_q8 = {}},
                     nullptr);
     EXPECT_LT(nmse(dout.host(), want), 1e-10);
+    // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits.
+    {
+      const int width = c.n_head * c.head_dim_v;
+      Dev<float> out2(want.size());
+      Dev<int8_t> q_fused(n * width), q_ref(n * width);
+      Dev<cuda::Q8Meta> m_fused(width / 32 * n), m_ref(width / 32 * n);
+      cuda::attention({.batch = bv,
+                       .kv = kvl,
+                       .q = dq.ptr,
+                       .out = out2.ptr,
+                       .n_head = c.n_head,
+                       .n_head_kv = c.n_head_kv,
+                       .head_dim = c.head_dim,
+                       .head_dim_v = c.head_dim_v,
+                       .scale = scale,
+                       .window = window,
+                       .partial = partial.ptr,
+                       .out_q8 = {q_fused.ptr, m_fused.ptr, n}},
+                      nullptr);
+      cuda::quantize_rows(out2.ptr, n, width, q_ref.ptr, m_ref.ptr, n, nullptr);
+      EXPECT_EQ(out2.host(), dout.host());
+      EXPECT_EQ(q_fused.host(), q_ref.host());
+      EXPECT_TRUE(same_meta(m_fused.host(), m_ref.host()));
+    }
 
     // KV commit: keep rows 0 and 3 of sequence 0 (the second branch) on both sides.
     const std::vector<int32_t> accepted = {0, 3};

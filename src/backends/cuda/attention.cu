@@ -5,6 +5,7 @@
 #include <cfloat>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
 namespace {
@@ -140,28 +141,46 @@ __global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionP
   if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
 }
 
+// Splits at or beyond the row's last possible key were written empty (l = 0) and are skipped
+// below anyway, so the merge stops before them (a 4096-slot cache has 16 splits, a short
+// context uses one).
 __global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
   const int head = blockIdx.x, row = blockIdx.y;
+  const BatchView& b = p.batch;
+  const int pos = b.pos[row];
+  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int max_keys =
+      max(0, b.committed[b.seq[row]] - first) + (p.block_visible ? b.n_rows : row + 1);
+  const int n_used = min(n_splits, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
   const int partial_width = 2 + p.head_dim_v;
   const float* partial =
       p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
   float m_all = -FLT_MAX;
-  for (int s = 0; s < n_splits; ++s) {
+  for (int s = 0; s < n_used; ++s) {
     if (partial[s * partial_width + 1] > 0.0f) m_all = fmaxf(m_all, partial[s * partial_width]);
   }
   float l_all = 0.0f;
-  for (int s = 0; s < n_splits; ++s) {
+  for (int s = 0; s < n_used; ++s) {
     const float* ps = partial + s * partial_width;
     if (ps[1] > 0.0f) l_all = __fmaf_rn(ps[1], __expf(ps[0] - m_all), l_all);
   }
-  float* out = p.out + static_cast<int64_t>(row) * p.n_head * p.head_dim_v + head * p.head_dim_v;
+  const int64_t row_base = static_cast<int64_t>(row) * p.n_head * p.head_dim_v;
+  float* out = p.out + row_base + head * p.head_dim_v;
+  // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
   for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
     float o = 0.0f;
-    for (int s = 0; s < n_splits; ++s) {
+    for (int s = 0; s < n_used; ++s) {
       const float* ps = partial + s * partial_width;
       if (ps[1] > 0.0f) o = __fmaf_rn(ps[2 + d], __expf(ps[0] - m_all), o);
     }
-    out[d] = __fdiv_rn(o, l_all);
+    const float y = __fdiv_rn(o, l_all);
+    out[d] = y;
+    if (p.out_q8.q != nullptr) {
+      const int e = head * p.head_dim_v + d;  // element of the row
+      quantize_block_warp(
+          y, threadIdx.x % 32, p.out_q8.q + row_base + e - threadIdx.x % 32,
+          p.out_q8.meta + static_cast<int64_t>(e / 32) * p.out_q8.meta_stride + row);
+    }
   }
 }
 

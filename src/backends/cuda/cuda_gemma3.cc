@@ -60,23 +60,26 @@ class Gemma3Pass : public DevicePass {
       const bool sliding = c_.layer_sliding[il] != 0;
       // Attention block. h holds the previous block's post-normed output: its residual add is
       // fused into this norm.
-      if (il == 0) {
-        rms_norm(b.x, l.attn_norm, b.h, n, c_.n_embd, eps, stream);
-      } else {
-        add_rms_norm(b.x, b.h, l.attn_norm, b.h, n, c_.n_embd, eps, stream);
-      }
-      linear(l.wq, b.h, n, b.q, b.xq, stream);  // [n, n_head * head_dim]
-      linear(l.wk, b.h, n, b.k, b.xq, stream);  // [n, n_head_kv * head_dim]
-      linear(l.wv, b.h, n, b.v, b.xq, stream);
+      const Q8Out hq = q8_for(b.xq, n, {&l.wq, &l.wk, &l.wv});
+      rms_norm_q8(b.x, il == 0 ? nullptr : b.h, l.attn_norm, b.h, n, c_.n_embd, eps, hq, stream);
+      linears({{&l.wq, b.q}, {&l.wk, b.k}, {&l.wv, b.v}}, b.h, as_rows(hq), n, stream);
       // Heads are contiguous, so a per-head norm is a norm over [n * heads, head_dim] rows.
       rms_norm(b.q, l.q_norm, b.q, static_cast<int64_t>(n) * c_.n_head, c_.head_dim, eps, stream);
       rms_norm(b.k, l.k_norm, b.k, static_cast<int64_t>(n) * c_.n_head_kv, c_.head_dim, eps,
                stream);
-      const float rope_base = sliding ? c_.rope_base_local : c_.rope_base;
-      rope(b.q, b.positions, n, c_.n_head, c_.head_dim, c_.n_rot, rope_base, c_.rope_mode, stream);
-      rope(b.k, b.positions, n, c_.n_head_kv, c_.head_dim, c_.n_rot, rope_base, c_.rope_mode,
-           stream);
-      store_kv(b.batch, b.kv[il], b.k, b.v, stream);
+      rope_store_kv({.batch = b.batch,
+                     .kv = b.kv[il],
+                     .q = b.q,
+                     .k = b.k,
+                     .v = b.v,
+                     .n_head = c_.n_head,
+                     .n_head_kv = c_.n_head_kv,
+                     .head_dim = c_.head_dim,
+                     .n_rot = c_.n_rot,
+                     .base = sliding ? c_.rope_base_local : c_.rope_base,
+                     .mode = c_.rope_mode},
+                    stream);
+      const Q8Out aq = c_.head_dim_v % 32 == 0 ? q8_for(b.xq, n, {&l.wo}) : Q8Out{};
       attention({.batch = b.batch,
                  .kv = b.kv[il],
                  .q = b.q,
@@ -87,16 +90,22 @@ class Gemma3Pass : public DevicePass {
                  .head_dim_v = c_.head_dim_v,
                  .scale = c_.attn_scale,
                  .window = sliding ? c_.sliding_window : 0,
-                 .partial = b.attn_partial},
+                 .partial = b.attn_partial,
+                 .out_q8 = aq},
                 stream);
-      linear(l.wo, b.attn, n, b.h, b.xq, stream);
+      if (aq.q != nullptr) {
+        linears({{&l.wo, b.h}}, b.attn, as_rows(aq), n, stream);
+      } else {
+        linear(l.wo, b.attn, n, b.h, b.xq, stream);
+      }
       rms_norm(b.h, l.post_attn_norm, b.h, n, c_.n_embd, eps, stream);
       // Feed-forward block (GELU-gated), after x += h.
-      add_rms_norm(b.x, b.h, l.ffn_norm, b.h, n, c_.n_embd, eps, stream);
-      linear(l.ffn_gate, b.h, n, b.gate, b.xq, stream);
-      linear(l.ffn_up, b.h, n, b.up, b.xq, stream);
-      gelu_tanh_mul(b.gate, b.up, static_cast<int64_t>(n) * c_.n_ff, stream);
-      linear(l.ffn_down, b.gate, n, b.h, b.xq, stream);
+      const Q8Out fq = q8_for(b.xq, n, {&l.ffn_gate, &l.ffn_up});
+      rms_norm_q8(b.x, b.h, l.ffn_norm, b.h, n, c_.n_embd, eps, fq, stream);
+      linears({{&l.ffn_gate, b.gate}, {&l.ffn_up, b.up}}, b.h, as_rows(fq), n, stream);
+      const Q8Out gq = q8_for(b.xq, n, {&l.ffn_down});
+      gated_act_q8(GatedAct::kGeluTanh, b.gate, b.up, n, c_.n_ff, gq, stream);
+      linears({{&l.ffn_down, b.h}}, b.gate, as_rows(gq), n, stream);
       rms_norm(b.h, l.post_ffn_norm, b.h, n, c_.n_embd, eps, stream);
     }
     add(b.x, b.h, static_cast<int64_t>(n) * c_.n_embd, stream);  // the last block's residual

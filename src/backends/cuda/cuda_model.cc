@@ -16,6 +16,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/cuda_backend.h"
@@ -358,17 +359,17 @@ class CudaModel : public Model {
                                      cudaMemcpyHostToDevice, stream_));
   }
 
-  // Quantizes x [n, width] once for the linears that read it, where their matmul variant takes
-  // int8 activations (Q/K/V share one quantization, gate/up another).
+  Q8Out q8_for(int n, std::initializer_list<const DeviceLinear*> users) {
+    return cuda::q8_for({xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()}, n, users);
+  }
+
+  // Quantizes x [n, width] once for the linears that read it (where no fused op did).
   Q8Rows quantize_input(const float* x, int n, int64_t width,
                         std::initializer_list<const DeviceLinear*> users) {
-    bool wanted = false;
-    for (const DeviceLinear* l : users) {
-      wanted |= variant_takes_q8(resolve_variant(MatmulVariant::kAuto, l->shape.type));
-    }
-    if (!wanted) return {};
-    quantize_rows(x, n, width, xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n, stream_);
-    return {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n};
+    const Q8Out q = q8_for(n, users);
+    if (q.q == nullptr) return {};
+    quantize_rows(x, n, width, q.q, q.meta, q.meta_stride, stream_);
+    return as_rows(q);
   }
 
   void linear(const DeviceLinear& l, const float* x, const Q8Rows& xq, int n, float* y) {
@@ -378,6 +379,11 @@ class CudaModel : public Model {
     p.n_rows = n;
     p.y = y;
     matmul(p, stream_);
+  }
+
+  void linears(std::initializer_list<std::pair<const DeviceLinear*, float*>> outs, const float* x,
+               const Q8Rows& xq, int n) {
+    cuda::linears(outs, x, xq, n, stream_);
   }
 
   // The pass of an architecture behind a DevicePass, on this model's buffers.
@@ -437,19 +443,24 @@ class CudaModel : public Model {
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceLayer& l = layers_[il];
       const KvLayerView kvl = dev_kv.layer(il);
-      // Attention block. h holds the previous block's output: its residual add is fused here.
-      if (il == 0) {
-        rms_norm(x, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
-      } else {
-        add_rms_norm(x, h, l.attn_norm, h, n, c.n_embd, c.rms_eps, stream_);
-      }
-      const Q8Rows hq = quantize_input(h, n, c.n_embd, {&l.wq, &l.wk, &l.wv});
-      linear(l.wq, h, hq, n, q);  // [n, n_head * head_dim]
-      linear(l.wk, h, hq, n, k);  // [n, n_head_kv * head_dim]
-      linear(l.wv, h, hq, n, v);
-      rope(q, positions, n, c.n_head, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
-      rope(k, positions, n, c.n_head_kv, c.head_dim, c.n_rot, c.rope_base, c.rope_mode, stream_);
-      store_kv(bv, kvl, k, v, stream_);
+      // Attention block. h holds the previous block's output: its residual add is fused here,
+      // and so is the int8 form of the norm's output that the Q/K/V matmuls read.
+      const Q8Out hq = q8_for(n, {&l.wq, &l.wk, &l.wv});
+      rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
+      linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n);
+      rope_store_kv({.batch = bv,
+                     .kv = kvl,
+                     .q = q,
+                     .k = k,
+                     .v = v,
+                     .n_head = c.n_head,
+                     .n_head_kv = c.n_head_kv,
+                     .head_dim = c.head_dim,
+                     .n_rot = c.n_rot,
+                     .base = c.rope_base,
+                     .mode = c.rope_mode},
+                    stream_);
+      const Q8Out aq = c.head_dim_v % 32 == 0 ? q8_for(n, {&l.wo}) : Q8Out{};
       attention({.batch = bv,
                  .kv = kvl,
                  .q = q,
@@ -460,16 +471,19 @@ class CudaModel : public Model {
                  .head_dim_v = c.head_dim_v,
                  .scale = c.attn_scale,
                  .window = 0,
-                 .partial = attn_partial_.get<float>()},
+                 .partial = attn_partial_.get<float>(),
+                 .out_q8 = aq},
                 stream_);
-      linear(l.wo, attn, quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo}), n, h);
+      const Q8Rows aq_rows =
+          aq.q != nullptr ? as_rows(aq) : quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo});
+      linear(l.wo, attn, aq_rows, n, h);
       // Feed-forward block (SwiGLU), after x += h.
-      add_rms_norm(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, stream_);
-      const Q8Rows fq = quantize_input(h, n, c.n_embd, {&l.ffn_gate, &l.ffn_up});
-      linear(l.ffn_gate, h, fq, n, gate);
-      linear(l.ffn_up, h, fq, n, up);
-      silu_mul(gate, up, static_cast<int64_t>(n) * c.n_ff, stream_);
-      linear(l.ffn_down, gate, quantize_input(gate, n, c.n_ff, {&l.ffn_down}), n, h);
+      const Q8Out fq = q8_for(n, {&l.ffn_gate, &l.ffn_up});
+      rms_norm_q8(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, fq, stream_);
+      linears({{&l.ffn_gate, gate}, {&l.ffn_up, up}}, h, as_rows(fq), n);
+      const Q8Out gq = q8_for(n, {&l.ffn_down});
+      gated_act_q8(GatedAct::kSilu, gate, up, n, c.n_ff, gq, stream_);
+      linear(l.ffn_down, gate, as_rows(gq), n, h);
       // The block's output is x + h (the next block's norm adds them): [n, slots, n_embd].
       for (size_t slot = 0; slot < hidden_layers.size(); ++slot) {
         if (hidden_layers[slot] != il) continue;
@@ -481,9 +495,9 @@ class CudaModel : public Model {
     // Only the rows whose logits are read go through the LM head.
     float* lr = logit_rows_.get<float>();
     gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
-    rms_norm(lr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, stream_);
-    linear(output_, lr, quantize_input(lr, n_logits, c.n_embd, {&output_}), n_logits,
-           logits_.get<float>());
+    const Q8Out lq = q8_for(n_logits, {&output_});
+    rms_norm_q8(lr, nullptr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, lq, stream_);
+    linear(output_, lr, as_rows(lq), n_logits, logits_.get<float>());
     SALVO_CUDA_CHECK(cudaGetLastError());
     (void)n_seq;
   }

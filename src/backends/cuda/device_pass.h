@@ -6,8 +6,10 @@
 
 #include <cuda_runtime.h>
 
+#include <initializer_list>
 #include <memory>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backends/cuda/device_memory.h"
@@ -45,6 +47,41 @@ inline void linear(const DeviceLinear& l, const float* x, int n, float* y, const
     p.xq = {xq.q, xq.meta, n};
   }
   matmul(p, stream);
+}
+
+// Where the op producing the input of `users` writes its int8 form: `xq` (room for n rows) when
+// any of them takes int8 activations, else nowhere.
+inline Q8Out q8_for(const Q8Buffer& xq, int n, std::initializer_list<const DeviceLinear*> users) {
+  for (const DeviceLinear* l : users) {
+    if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, l->shape.type))) {
+      return {xq.q, xq.meta, n};
+    }
+  }
+  return {};
+}
+inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride}; }
+
+// Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
+// already wrote to xq, in as few launches as their types allow: consecutive ones of one type
+// share a launch (Q/K/V, gate/up).
+inline void linears(std::initializer_list<std::pair<const DeviceLinear*, float*>> outs,
+                    const float* x, const Q8Rows& xq, int n, cudaStream_t stream) {
+  MatmulParams parts[3];
+  int count = 0;
+  auto flush = [&] {
+    if (count > 0) matmul_group(parts, count, stream);
+    count = 0;
+  };
+  for (const auto& [l, y] : outs) {
+    if (count == 3 || (count > 0 && parts[0].type != l->shape.type)) flush();
+    MatmulParams& p = parts[count++];
+    p = l->shape;
+    p.x = x;
+    p.xq = xq;
+    p.n_rows = n;
+    p.y = y;
+  }
+  flush();
 }
 
 // The device copies of one model's weights, uploaded once in their GGUF formats.

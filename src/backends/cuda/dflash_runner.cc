@@ -399,13 +399,20 @@ class DeviceDflashRunner : public DflashRunner {
       rms_norm(q, l.q_norm, q, static_cast<int64_t>(B) * c.n_head, c.head_dim, c.rms_eps, stream_);
       rms_norm(k, l.k_norm, k, static_cast<int64_t>(B) * c.n_head_kv, c.head_dim, c.rms_eps,
                stream_);
-      rope(q, positions, B, c.n_head, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
-           stream_);
-      rope(k, positions, B, c.n_head_kv, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
-           stream_);
       // The block's K/V sit behind the context (overwritten by the next observe).
       const KvLayerView kvl = layer_view(il);
-      store_kv(bv, kvl, k, v, stream_);
+      rope_store_kv({.batch = bv,
+                     .kv = kvl,
+                     .q = q,
+                     .k = k,
+                     .v = v,
+                     .n_head = c.n_head,
+                     .n_head_kv = c.n_head_kv,
+                     .head_dim = c.head_dim,
+                     .n_rot = c.head_dim,
+                     .base = c.rope_base,
+                     .mode = RopeMode::kRopeNeox},
+                    stream_);
       attention({.batch = bv,
                  .kv = kvl,
                  .q = q,
@@ -417,7 +424,8 @@ class DeviceDflashRunner : public DflashRunner {
                  .scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim)),
                  .window = 0,
                  .block_visible = true,
-                 .partial = partial_.get<float>()},
+                 .partial = partial_.get<float>(),
+                 .out_q8 = {}},
                 stream_);
       linear(l.o, attn, B, h);
       add_rms_norm(x, h, l.ffn_norm, h, B, ne, c.rms_eps, stream_);  // x += attention

@@ -30,6 +30,12 @@ struct Q8Rows {
   const Q8Meta* meta = nullptr;  // [n_in / 32][meta_stride]
   int64_t meta_stride = 0;       // >= n_rows
 };
+// Where a fused kernel writes the int8 form of its output (quantize_rows' layout); q null: none.
+struct Q8Out {
+  int8_t* q = nullptr;
+  Q8Meta* meta = nullptr;
+  int64_t meta_stride = 0;
+};
 // Quantizes x [n_rows, n_in] (n_in a multiple of 32); row r's result depends on row r alone.
 void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
                    int64_t meta_stride, cudaStream_t stream);
@@ -75,6 +81,12 @@ void matmul(const MatmulParams& p, cudaStream_t stream);
 // The integer paths alone (variants kMma, kQ8): x given as p.xq (p.x unused); launches of up
 // to dp4a_rows (<= 8) rows run the dp4a kernel, which gives the same bits as the mma kernel.
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream);
+// matmul_mma for up to 3 matrices of one type and width over the same activations (p.xq) in one
+// launch (Q/K/V, gate/up). Each matrix's values depend on its own shape and the group's.
+void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cudaStream_t stream);
+// y_i = x W_i^T for parts[0..n_parts): one launch where their variant reads int8 activations and
+// they share the type and width, else one matmul() each.
+void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream);
 bool mma_supports(DType type);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
@@ -82,6 +94,14 @@ void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int di
 // x += h; out = rms_norm(x) * w (out may alias h).
 void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                   float eps, cudaStream_t stream);
+// The fused forms, each with the int8 copy of its output for the next matmul (quantize_rows'
+// bits; dim a multiple of 32). h null: out = rms_norm(x) * w, x unchanged; else x += h first.
+void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                 float eps, const Q8Out& q, cudaStream_t stream);
+enum class GatedAct { kSilu, kGeluTanh };
+// gate = act(gate) * up over [n_rows, width] (width a multiple of 32), and its int8 copy.
+void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
+                  const Q8Out& q, cudaStream_t stream);
 void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
           float base, RopeMode mode, cudaStream_t stream);
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream);
@@ -123,6 +143,19 @@ struct KvLayerView {
 void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, const float* v,
               cudaStream_t stream);
 
+// RoPE on q [n_rows, n_head * head_dim] and k (in place), then the rows' K and V into their
+// cache slots: rope() twice and store_kv() in one launch.
+struct RopeStoreParams {
+  BatchView batch;
+  KvLayerView kv;
+  float *q = nullptr, *k = nullptr;
+  const float* v = nullptr;
+  int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
+  float base = 10000.0f;
+  RopeMode mode = RopeMode::kRopeNorm;
+};
+void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream);
+
 struct AttentionParams {
   BatchView batch;
   KvLayerView kv;
@@ -136,6 +169,8 @@ struct AttentionParams {
   bool block_visible = false;
   // Scratch: [n_rows, n_head, attention_splits(kv.capacity), 2 + head_dim_v] floats.
   float* partial = nullptr;
+  // Also the int8 form of out for the output projection (head_dim_v a multiple of 32).
+  Q8Out out_q8;
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).

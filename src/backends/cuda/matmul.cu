@@ -209,4 +209,21 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
   }
 }
 
+void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
+  bool one_launch = n_parts > 1;
+  for (int i = 0; i < n_parts && one_launch; ++i) {
+    const MatmulVariant v = resolve_variant(parts[i].variant, parts[i].type);
+    one_launch = variant_takes_q8(v) && parts[i].xq.q != nullptr &&
+                 parts[i].type == parts[0].type && parts[i].n_in == parts[0].n_in &&
+                 resolve_variant(parts[0].variant, parts[0].type) == v;
+  }
+  if (!one_launch) {
+    for (int i = 0; i < n_parts; ++i) matmul(parts[i], stream);
+    return;
+  }
+  const int dp4a_rows =
+      resolve_variant(parts[0].variant, parts[0].type) == MatmulVariant::kQ8 ? 8 : 0;
+  matmul_mma_group(parts, n_parts, dp4a_rows, stream);
+}
+
 }  // namespace salvo::cuda

@@ -16,10 +16,12 @@
 // number of rows: a block's warp (the k slices) depends on the shape only, each warp adds its
 // blocks in increasing order, and the warps' partial sums are added in warp order.
 #include <algorithm>
+#include <cstdlib>
 
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
 namespace {
@@ -295,6 +297,22 @@ struct MmaArgs {
 
 constexpr int kMaxSlices = 8;  // warps per block, each a slice of the weight blocks
 
+// Up to kMaxGroup matrices of one type and width that read the same activations (Q/K/V,
+// gate/up) in one launch: blocks [first[i], first[i + 1]) compute matrix i.
+constexpr int kMaxGroup = 3;
+struct MmaGroup {
+  MmaArgs m[kMaxGroup];
+  int first[kMaxGroup + 1];
+  int n;
+};
+// The matrix of this block and the block's tile within it.
+__device__ __forceinline__ const MmaArgs& group_part(const MmaGroup& g, int& tile) {
+  int i = 0;
+  while (i + 1 < g.n && static_cast<int>(blockIdx.x) >= g.first[i + 1]) ++i;
+  tile = static_cast<int>(blockIdx.x) - g.first[i];
+  return g.m[i];
+}
+
 // One block step (all kK-element steps of one weight block) for the warp's 16 × 8NT tile.
 template <DType T, int NT>
 __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt<T>::Raw& r0,
@@ -365,11 +383,14 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
 }
 
 template <DType T, int NT>
-__global__ void __launch_bounds__(32 * kMaxSlices) mma_kernel(MmaArgs p) {
+__global__ void __launch_bounds__(32 * kMaxSlices)
+    mma_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
+  int tile;
+  const MmaArgs& p = group_part(grp, tile);
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
-  const int o_base = blockIdx.x * 16;
+  const int o_base = tile * 16;
   // Rows past n_out (a partial last tile) read the last row and are not written.
   const int o0 = min(o_base + g, p.n_out - 1), o1 = min(o_base + g + 8, p.n_out - 1);
   const uint8_t* w0 = p.w + static_cast<int64_t>(o0) * p.row_bytes;
@@ -458,10 +479,13 @@ __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
 }
 
 template <DType T, int R>
-__global__ void __launch_bounds__(32 * kMaxSlices) dp4a_kernel(MmaArgs p) {
+__global__ void __launch_bounds__(32 * kMaxSlices)
+    dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
+  int tile;
+  const MmaArgs& p = group_part(grp, tile);
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int o_raw = blockIdx.x * 32 + lane, o = min(o_raw, p.n_out - 1);
+  const int o_raw = tile * 32 + lane, o = min(o_raw, p.n_out - 1);
   const uint8_t* wr = p.w + static_cast<int64_t>(o) * p.row_bytes;
   const int n_blocks = p.n_in / F::kElems;
   const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
@@ -561,43 +585,72 @@ int sm_count() {
   return n;
 }
 
+// The slice heuristic's two knobs, overridable for tuning (SALVO_MMA_WARPS_PER_SM, warps per SM
+// to aim for; SALVO_MMA_MIN_UNITS, units each warp keeps at least).
+int env_knob(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+}
+int warps_per_sm() {
+  static const int n = env_knob("SALVO_MMA_WARPS_PER_SM", 24);
+  return n;
+}
+int min_units() {
+  static const int n = env_knob("SALVO_MMA_MIN_UNITS", 1);
+  return n;
+}
+
 // Warps (k slices) per block: a function of the shape alone (never of the rows, which would
-// change the order of the float sums): about 24 warps per SM where the output tiles alone
-// cannot fill the GPU, each warp keeping at least two units.
+// change the order of the float sums): enough warps per SM where the output tiles alone cannot
+// fill the GPU, each warp keeping at least min_units() units (of F::kUnit blocks). tiles: 16-row
+// output tiles of the launch (of every matrix of a group).
 template <DType T>
-int slices(int n_out, int n_in) {
+int slices(int tiles, int n_in) {
   using F = Fmt<T>;
-  const int tiles = (n_out + 15) / 16;
   const int units = (n_in / F::kElems + F::kUnit - 1) / F::kUnit;
   int s = 1;
-  while (s < kMaxSlices && 2 * s <= units && tiles * s < 24 * sm_count()) s *= 2;
+  while (s < kMaxSlices && 2 * s * min_units() <= units &&
+         tiles * s < warps_per_sm() * sm_count()) {
+    s *= 2;
+  }
   return s;
 }
 
+// The group's tiles of `rows_per_tile` outputs; fills grp.first.
+int group_tiles(MmaGroup& grp, int rows_per_tile) {
+  grp.first[0] = 0;
+  for (int i = 0; i < grp.n; ++i) {
+    grp.first[i + 1] = grp.first[i] + (grp.m[i].n_out + rows_per_tile - 1) / rows_per_tile;
+  }
+  return grp.first[grp.n];
+}
+
 template <DType T, int NT>
-void launch(const MmaArgs& a, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((a.n_out + 15) / 16);
-  mma_kernel<T, NT><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
+void launch(MmaGroup grp, int warps, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
+  mma_kernel<T, NT><<<blocks, 32 * warps, 0, stream>>>(grp);
 }
 
 template <DType T, int R>
-void launch_dp4a(const MmaArgs& a, cudaStream_t stream) {
-  const unsigned blocks = static_cast<unsigned>((a.n_out + 31) / 32);
-  dp4a_kernel<T, R><<<blocks, 32 * slices<T>(a.n_out, a.n_in), 0, stream>>>(a);
+void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
+  const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
+  dp4a_kernel<T, R><<<blocks, 32 * warps, 0, stream>>>(grp);
 }
 
 template <DType T>
-void launch_rows(const MmaArgs& a, int dp4a_rows, cudaStream_t stream) {
-  if (a.n_rows <= dp4a_rows) {
-    if (a.n_rows <= 1) return launch_dp4a<T, 1>(a, stream);
-    if (a.n_rows <= 2) return launch_dp4a<T, 2>(a, stream);
-    if (a.n_rows <= 4) return launch_dp4a<T, 4>(a, stream);
-    return launch_dp4a<T, 8>(a, stream);
+void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
+  const int n_rows = grp.m[0].n_rows;
+  const int warps = slices<T>(group_tiles(grp, 16), grp.m[0].n_in);
+  if (n_rows <= dp4a_rows) {
+    if (n_rows <= 1) return launch_dp4a<T, 1>(grp, warps, stream);
+    if (n_rows <= 2) return launch_dp4a<T, 2>(grp, warps, stream);
+    if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
+    return launch_dp4a<T, 8>(grp, warps, stream);
   }
-  if (a.n_rows <= 8) return launch<T, 1>(a, stream);
-  if (a.n_rows <= 16) return launch<T, 2>(a, stream);
-  if (a.n_rows <= 32) return launch<T, 4>(a, stream);
-  return launch<T, 8>(a, stream);
+  if (n_rows <= 8) return launch<T, 1>(grp, warps, stream);
+  if (n_rows <= 16) return launch<T, 2>(grp, warps, stream);
+  if (n_rows <= 32) return launch<T, 4>(grp, warps, stream);
+  return launch<T, 8>(grp, warps, stream);
 }
 
 // ---- activation quantization ----------------------------------------------------------------
@@ -610,24 +663,12 @@ __global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, in
   const int lane = threadIdx.x % 32;
   if (id >= n_rows * n_blocks) return;
   const int64_t r = id / n_blocks, b = id % n_blocks;
-  const float v = x[r * n_in + 32 * b + lane];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int off = 16; off > 0; off /= 2) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, off));
-  const float d = __fdiv_rn(amax, 127.0f);
-  const int qv = d > 0.0f ? max(-127, min(127, __float2int_rn(__fdiv_rn(v, d)))) : 0;
-  q[r * n_in + 32 * b + lane] = static_cast<int8_t>(qv);
-  int s = qv;
-#pragma unroll
-  for (int off = 8; off > 0; off /= 2) s += __shfl_xor_sync(0xffffffffu, s, off);  // per half
-  const int hi = __shfl_sync(0xffffffffu, s, 16);
-  if (lane == 0) {
-    meta[b * meta_stride + r] = {d, static_cast<int16_t>(s), static_cast<int16_t>(hi)};
-  }
+  quantize_block_warp(x[r * n_in + 32 * b + lane], lane, q + r * n_in + 32 * b,
+                      meta + b * meta_stride + r);
 }
 
 struct LaunchMma {
-  const MmaArgs& a;
+  const MmaGroup& grp;
   int dp4a_rows;
   cudaStream_t stream;
   template <DType T>
@@ -635,12 +676,28 @@ struct LaunchMma {
     if constexpr (T == DType::kQ4_0 || T == DType::kQ4_1 || T == DType::kQ5_0 ||
                   T == DType::kQ8_0 || T == DType::kQ4_K || T == DType::kQ5_K ||
                   T == DType::kQ6_K) {
-      launch_rows<T>(a, dp4a_rows, stream);
+      launch_rows<T>(grp, dp4a_rows, stream);
     } else {
       SALVO_CHECK_MSG(false, "matmul_mma: weight type without an mma kernel");
     }
   }
 };
+
+// The 64-row piece starting at row r0 of p.
+MmaArgs piece_args(const MatmulParams& p, int64_t r0) {
+  MmaArgs a;
+  a.w = static_cast<const uint8_t*>(p.w);
+  a.row_bytes = static_cast<int64_t>(row_bytes(p.type, p.n_in));
+  a.n_out = static_cast<int>(p.n_out);
+  a.n_in = static_cast<int>(p.n_in);
+  a.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
+  a.xq = p.xq.q + r0 * p.n_in;
+  a.meta = p.xq.meta + r0;
+  a.meta_stride = p.xq.meta_stride;
+  a.y = p.y + r0 * p.n_out;
+  a.bias = p.bias;
+  return a;
+}
 
 }  // namespace
 
@@ -670,21 +727,22 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
 }
 
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream) {
-  SALVO_CHECK(dp4a_rows <= 8);
-  SALVO_CHECK(p.xq.q != nullptr && p.xq.meta != nullptr && p.xq.meta_stride >= p.n_rows);
+  matmul_mma_group(&p, 1, dp4a_rows, stream);
+}
+
+void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cudaStream_t stream) {
+  SALVO_CHECK(dp4a_rows <= 8 && n_parts >= 1 && n_parts <= kMaxGroup);
+  const MatmulParams& p = parts[0];
+  for (int i = 0; i < n_parts; ++i) {
+    const MatmulParams& q = parts[i];
+    SALVO_CHECK(q.xq.q != nullptr && q.xq.meta != nullptr && q.xq.meta_stride >= q.n_rows);
+    SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.q == p.xq.q);
+  }
   for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
-    MmaArgs a;
-    a.w = static_cast<const uint8_t*>(p.w);
-    a.row_bytes = static_cast<int64_t>(row_bytes(p.type, p.n_in));
-    a.n_out = static_cast<int>(p.n_out);
-    a.n_in = static_cast<int>(p.n_in);
-    a.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
-    a.xq = p.xq.q + r0 * p.n_in;
-    a.meta = p.xq.meta + r0;
-    a.meta_stride = p.xq.meta_stride;
-    a.y = p.y + r0 * p.n_out;
-    a.bias = p.bias;
-    dispatch_weight_type(p.type, LaunchMma{a, dp4a_rows, stream});
+    MmaGroup grp;
+    grp.n = n_parts;
+    for (int i = 0; i < n_parts; ++i) grp.m[i] = piece_args(parts[i], r0);
+    dispatch_weight_type(p.type, LaunchMma{grp, dp4a_rows, stream});
   }
 }
 

@@ -4,6 +4,7 @@
 
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
 namespace {
@@ -51,6 +52,21 @@ __global__ void add_rms_norm_kernel(float* x, const float* h, const float* w, fl
   for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
 }
 
+// Rotates pair i of one head (v: the head's head_dim values) at position pos.
+__device__ __forceinline__ void rope_pair(float* v, int i, int half, float pos, float theta_scale,
+                                          bool neox) {
+  // theta_i = pos * theta_scale^i by repeated multiplication, as the CPU (and ggml) does.
+  float theta = pos;
+  for (int k = 0; k < i; ++k) theta *= theta_scale;
+  float s, c;
+  sincosf(theta, &s, &c);
+  const int a = neox ? i : 2 * i;
+  const int b = neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = x0 * c - x1 * s;
+  v[b] = x0 * s + x1 * c;
+}
+
 // One thread per (row, head, rotated pair).
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, int n_heads,
                             int head_dim, int n_rot, float theta_scale, bool neox) {
@@ -60,33 +76,60 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, 
   const int i = static_cast<int>(idx % half);
   const int64_t rh = idx / half;  // row * n_heads + head
   const int64_t row = rh / n_heads;
-  // theta_i = pos * theta_scale^i by repeated multiplication, as the CPU (and ggml) does.
-  float theta = static_cast<float>(positions[row]);
-  for (int k = 0; k < i; ++k) theta *= theta_scale;
-  float s, c;
-  sincosf(theta, &s, &c);
-  float* v = x + rh * head_dim;
-  const int a = neox ? i : 2 * i;
-  const int b = neox ? i + half : 2 * i + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = x0 * c - x1 * s;
-  v[b] = x0 * s + x1 * c;
+  rope_pair(x + rh * head_dim, i, half, static_cast<float>(positions[row]), theta_scale, neox);
+}
+
+// One block per batch row: the row's q and k pairs, then (after the barrier) its K/V stores.
+__global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
+  const int r = blockIdx.x;
+  const int half = p.n_rot / 2;
+  const bool neox = p.mode == RopeMode::kRopeNeox;
+  const float pos = static_cast<float>(p.batch.pos[r]);
+  float* q = p.q + static_cast<int64_t>(r) * p.n_head * p.head_dim;
+  float* k = p.k + static_cast<int64_t>(r) * p.kv.k_width;
+  for (int j = threadIdx.x; j < (p.n_head + p.n_head_kv) * half; j += kThreads) {
+    const int head = j / half, i = j % half;
+    float* v = head < p.n_head ? q + head * p.head_dim : k + (head - p.n_head) * p.head_dim;
+    rope_pair(v, i, half, pos, theta_scale, neox);
+  }
+  __syncthreads();
+  const int64_t slot =
+      static_cast<int64_t>(p.batch.seq[r]) * p.kv.capacity + static_cast<int64_t>(p.batch.slot[r]);
+  for (int i = threadIdx.x; i < p.kv.k_width; i += kThreads) p.kv.k[slot * p.kv.k_width + i] = k[i];
+  const float* v = p.v + static_cast<int64_t>(r) * p.kv.v_width;
+  for (int i = threadIdx.x; i < p.kv.v_width; i += kThreads) p.kv.v[slot * p.kv.v_width + i] = v[i];
+}
+
+__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
+
+__device__ __forceinline__ float gelu_tanh_times(float g, float u) {
+  constexpr float kSqrt2OverPi = 0.7978845608028654f;
+  constexpr float kCoef = 0.044715f;
+  return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * u;
 }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= n) return;
-  const float g = gate[i];
-  gate[i] = g / (1.0f + expf(-g)) * up[i];
+  if (i < n) gate[i] = silu_times(gate[i], up[i]);
 }
 
 __global__ void gelu_tanh_mul_kernel(float* gate, const float* up, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= n) return;
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCoef = 0.044715f;
-  const float g = gate[i];
-  gate[i] = 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * up[i];
+  if (i < n) gate[i] = gelu_tanh_times(gate[i], up[i]);
+}
+
+// A warp per 32 consecutive elements, which are one quantization block (width % 32 == 0).
+template <GatedAct A>
+__global__ void gated_act_q8_kernel(float* gate, const float* up, int64_t n, int width, Q8Out q) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i - threadIdx.x % 32 >= n) return;  // the whole warp is past the end
+  const float v =
+      A == GatedAct::kSilu ? silu_times(gate[i], up[i]) : gelu_tanh_times(gate[i], up[i]);
+  gate[i] = v;
+  if (q.q == nullptr) return;
+  const int64_t row = i / width, b = (i % width) / 32;
+  quantize_block_warp(v, threadIdx.x % 32, q.q + i - threadIdx.x % 32,
+                      q.meta + b * q.meta_stride + row);
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -97,6 +140,33 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) x[i] *= s;
+}
+
+// add_rms_norm_kernel (h non-null) or rms_norm_kernel (h null) with the int8 copy of out: with
+// dim a multiple of 32, each warp's 32 elements of a loop turn are one quantization block.
+__global__ void rms_norm_q8_kernel(float* x, const float* h, const float* w, float* out, int dim,
+                                   float eps, Q8Out q) {
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * dim;
+  float* yr = out + row * dim;
+  float ss = 0.0f;
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    float v = xr[i];
+    if (h != nullptr) {
+      v += h[row * dim + i];
+      xr[i] = v;
+    }
+    ss += v * v;
+  }
+  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
+  for (int i = threadIdx.x; i < dim; i += kThreads) {
+    const float y = xr[i] * inv * w[i];
+    yr[i] = y;
+    if (q.q != nullptr) {
+      quantize_block_warp(y, threadIdx.x % 32, q.q + row * dim + i - threadIdx.x % 32,
+                          q.meta + static_cast<int64_t>(i / 32) * q.meta_stride + row);
+    }
+  }
 }
 
 // One block per token; a thread per 16-element chunk of the row.
@@ -193,6 +263,33 @@ void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int h
   const float theta_scale = powf(base, -2.0f / static_cast<float>(n_rot));
   rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
       x, positions, n_rows, n_heads, head_dim, n_rot, theta_scale, mode == RopeMode::kRopeNeox);
+}
+
+void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                 float eps, const Q8Out& q, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  rms_norm_q8_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, w, out, dim, eps,
+                                                                             q);
+}
+
+void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
+                  const Q8Out& q, cudaStream_t stream) {
+  const int64_t n = n_rows * width;
+  if (n == 0) return;
+  if (act == GatedAct::kSilu) {
+    gated_act_q8_kernel<GatedAct::kSilu>
+        <<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, width, q);
+  } else {
+    gated_act_q8_kernel<GatedAct::kGeluTanh>
+        <<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, width, q);
+  }
+}
+
+void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
+  if (p.batch.n_rows == 0) return;
+  const float theta_scale = powf(p.base, -2.0f / static_cast<float>(p.n_rot));
+  rope_store_kv_kernel<<<static_cast<unsigned>(p.batch.n_rows), kThreads, 0, stream>>>(p,
+                                                                                       theta_scale);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
