@@ -18,10 +18,12 @@
 # llama-bench is built with CUDA (unless WORK already holds it) and measured on the same models,
 # and the summary prints salvo's ratios to it and its share of the HBM bandwidth. --phase: the
 # checks only (tests) or the benchmarks only (bench), e.g. to keep the timings away from other
-# GPU work; both build first (incrementally).
+# GPU work; both build first (incrementally). SALVO_BENCH_VARIANTS: the matmul variants
+# (SALVO_CUDA_MATMUL) benchmarked beside the default, "float" unless set.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="" tok="$root/tok" work=/tmp/salvo_gpu quick=0 real="" llamacpp="" phase=all
+variants=${SALVO_BENCH_VARIANTS:-float}  # matmul variants benchmarked beside the default
 while [[ $# -gt 0 ]]; do
   case $1 in
     --deps) deps=$2; shift 2 ;;
@@ -153,9 +155,11 @@ done
 for model in "${bench_models[@]}"; do
   "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 -r "$reps" --verify --json \
     >"$work/bench_$model.json"
-  # The previous float kernel for every weight type, for comparison (model@float in the summary).
-  SALVO_CUDA_MATMUL=float "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 \
-    -r "$reps" --verify --json >"$work/bench_$model@float.json"
+  # Other matmul variants for every weight type, for comparison (model@variant in the summary).
+  for variant in $variants; do
+    SALVO_CUDA_MATMUL=$variant "$salvo" bench --device cuda --model "$m/$model.gguf" -p 512 -n 128 \
+      -r "$reps" --verify --json >"$work/bench_$model@$variant.json"
+  done
 done
 
 log "HBM bandwidth"
@@ -173,7 +177,10 @@ fi
 
 log "summary"
 stems=()
-for model in "${bench_models[@]}"; do stems+=("$model" "$model@float"); done
+for model in "${bench_models[@]}"; do
+  stems+=("$model")
+  for variant in $variants; do stems+=("$model@$variant"); done
+done
 python3 "$root/bench/gpu_compare.py" "$work" "$hbm" "${stems[@]}"
 
 fi  # bench

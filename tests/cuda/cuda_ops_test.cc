@@ -531,8 +531,9 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                           .window = window});
 
     Dev<float> dk(k_all), dv(v_all), dq(q), dkn(k_new), dvn(v_new), dout(want.size());
-    Dev<float> partial(static_cast<size_t>(n) * c.n_head * cuda::attention_splits(capacity) *
-                       (2 + c.head_dim_v));
+    // Partials and the split counts, which start at 0.
+    Dev<float> partial(cuda::attention_scratch_bytes(n, c.n_head, capacity, c.head_dim_v) / 4);
+    ASSERT_EQ(cudaMemset(partial.ptr, 0, partial.n * 4), cudaSuccess);
     Dev<int32_t> seq(f.batch.seq_ids), pos(f.batch.positions), slot(layout.slot),
         subtree_end(f.batch.subtree_end), committed(std::vector<int32_t>{600, 12});
     const cuda::BatchView bv{.n_rows = n,

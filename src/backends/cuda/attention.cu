@@ -32,12 +32,14 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
 // runs in a fixed order over those, so a row's output is bit-identical in a 1-row decode and in
 // a k-row tree verification (the row invariance the speculation guarantee rests on).
 //
-// Kernel 1: one block per (head, row, split); each lane scores one key, the warp takes the
-// softmax of its 32 keys and accumulates their values; the block merges its warps and writes the
-// split's (max, sum, unnormalised output). Kernel 2 merges the splits in order.
+// One block per (head, row, split); each lane scores one key, the warp takes the softmax of its
+// 32 keys and accumulates their values; the block merges its warps and writes the split's (max,
+// sum, unnormalised output). The last block of a (head, row) to finish merges the splits in order
+// (a count per (head, row) after the partials, which that block resets to 0 for the next pass):
+// one launch a layer instead of two, and the merge is the same whichever block does it.
 constexpr int kKeysPerSplit = kWarps * 32;
 
-__global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionParams p) {
+__device__ __forceinline__ void split_partial(const AttentionParams& p) {
   const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BatchView& b = p.batch;
@@ -141,10 +143,11 @@ __global__ void __launch_bounds__(kWarps * 32) attention_split_kernel(AttentionP
   if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
 }
 
-// Splits at or beyond the row's last possible key were written empty (l = 0) and are skipped
-// below anyway, so the merge stops before them (a 4096-slot cache has 16 splits, a short
-// context uses one).
-__global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
+// Merges the (head, row)'s splits in order into out (and its int8 copy). Splits at or beyond the
+// row's last possible key were written empty (l = 0) and are skipped anyway, so the merge stops
+// before them (a 4096-slot cache has 16 splits; a short context uses one). The partials come from
+// other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
+__device__ void merge_splits(const AttentionParams& p, int n_splits) {
   const int head = blockIdx.x, row = blockIdx.y;
   const BatchView& b = p.batch;
   const int pos = b.pos[row];
@@ -157,12 +160,15 @@ __global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
       p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
   float m_all = -FLT_MAX;
   for (int s = 0; s < n_used; ++s) {
-    if (partial[s * partial_width + 1] > 0.0f) m_all = fmaxf(m_all, partial[s * partial_width]);
+    if (__ldcg(partial + s * partial_width + 1) > 0.0f) {
+      m_all = fmaxf(m_all, __ldcg(partial + s * partial_width));
+    }
   }
   float l_all = 0.0f;
   for (int s = 0; s < n_used; ++s) {
     const float* ps = partial + s * partial_width;
-    if (ps[1] > 0.0f) l_all = __fmaf_rn(ps[1], __expf(ps[0] - m_all), l_all);
+    const float l = __ldcg(ps + 1);
+    if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(ps) - m_all), l_all);
   }
   const int64_t row_base = static_cast<int64_t>(row) * p.n_head * p.head_dim_v;
   float* out = p.out + row_base + head * p.head_dim_v;
@@ -171,7 +177,7 @@ __global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
     float o = 0.0f;
     for (int s = 0; s < n_used; ++s) {
       const float* ps = partial + s * partial_width;
-      if (ps[1] > 0.0f) o = __fmaf_rn(ps[2 + d], __expf(ps[0] - m_all), o);
+      if (__ldcg(ps + 1) > 0.0f) o = __fmaf_rn(__ldcg(ps + 2 + d), __expf(__ldcg(ps) - m_all), o);
     }
     const float y = __fdiv_rn(o, l_all);
     out[d] = y;
@@ -182,6 +188,25 @@ __global__ void attention_combine_kernel(AttentionParams p, int n_splits) {
           p.out_q8.meta + static_cast<int64_t>(e / 32) * p.out_q8.meta_stride + row);
     }
   }
+}
+
+__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+  split_partial(p);
+  // Every thread's partial writes are done (and visible device-wide) before the count.
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  const int n_splits = gridDim.z;
+  if (threadIdx.x == 0) {
+    const int64_t n_partials =
+        static_cast<int64_t>(p.batch.n_rows) * p.n_head * n_splits * (2 + p.head_dim_v);
+    int* count =
+        reinterpret_cast<int*>(p.partial + n_partials) + blockIdx.y * p.n_head + blockIdx.x;
+    last = atomicAdd(count, 1) == n_splits - 1;
+    if (last) *count = 0;
+  }
+  __syncthreads();
+  if (last) merge_splits(p, n_splits);
 }
 
 // A thread per element of a slot per layer; each walks the moves in order, so a move never
@@ -216,12 +241,17 @@ void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, con
 
 int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
 
+size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v) {
+  const size_t partials = static_cast<size_t>(n_rows) * n_head * attention_splits(capacity) *
+                          (2 + head_dim_v) * sizeof(float);
+  return partials + static_cast<size_t>(n_rows) * n_head * sizeof(int);
+}
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
   const int n_splits = attention_splits(p.kv.capacity);
   const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
-  attention_split_kernel<<<grid, kWarps * 32, p.batch.n_rows * sizeof(int32_t), stream>>>(p);
-  attention_combine_kernel<<<dim3(p.n_head, p.batch.n_rows), 128, 0, stream>>>(p, n_splits);
+  attention_kernel<<<grid, kWarps * 32, p.batch.n_rows * sizeof(int32_t), stream>>>(p);
 }
 
 void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,

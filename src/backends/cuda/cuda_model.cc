@@ -317,7 +317,7 @@ class CudaModel : public Model {
     grow(attn_, rows * c.n_head * c.head_dim_v * f);
     grow(gate_, rows * c.n_ff * f);
     grow(up_, rows * c.n_ff * f);
-    grow(attn_partial_, rows * c.n_head * attention_splits(capacity) * (2 + c.head_dim_v) * f);
+    grow(attn_partial_, attention_scratch_bytes(n, c.n_head, capacity, c.head_dim_v));
     grow(logit_rows_, static_cast<size_t>(n_logits) * c.n_embd * f);
     grow(logits_, static_cast<size_t>(n_logits) * c.n_vocab * f);
     grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);

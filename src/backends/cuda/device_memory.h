@@ -25,7 +25,8 @@ inline Status cuda_status(cudaError_t err, const char* what) {
     SALVO_CHECK_MSG(salvo_cuda_err_ == cudaSuccess, cudaGetErrorString(salvo_cuda_err_)); \
   } while (0)
 
-// Device memory; grows (without keeping the contents) through reserve().
+// Device memory; grows (without keeping the contents) through reserve(). A new allocation is
+// zeroed (attention's split counts rely on it).
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
@@ -43,7 +44,7 @@ class DeviceBuffer {
     bytes_ = 0;
     SALVO_RETURN_IF_ERROR(cuda_status(cudaMalloc(&ptr_, bytes), "cudaMalloc"));
     bytes_ = bytes;
-    return Status();
+    return cuda_status(cudaMemset(ptr_, 0, bytes), "cudaMemset");
   }
   template <typename T = void>
   T* get() const {

@@ -346,9 +346,8 @@ class DeviceDflashRunner : public DflashRunner {
     k_.swap(k);
     v_.swap(v);
     capacity_ = capacity;
-    SALVO_RETURN_IF_ERROR(partial_.reserve(static_cast<size_t>(c.block_size) * c.n_head *
-                                           attention_splits(capacity_) * (2 + c.head_dim) *
-                                           sizeof(float)));
+    SALVO_RETURN_IF_ERROR(
+        partial_.reserve(attention_scratch_bytes(c.block_size, c.n_head, capacity_, c.head_dim)));
     if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
     graph_ = nullptr;
     return Status();

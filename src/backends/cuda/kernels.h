@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 #include "models/config.h"
@@ -167,7 +168,9 @@ struct AttentionParams {
   // Every batch row sees every batch row of its sequence (a DFlash block, non-causal) instead
   // of only its ancestors; the window must be 0.
   bool block_visible = false;
-  // Scratch: [n_rows, n_head, attention_splits(kv.capacity), 2 + head_dim_v] floats.
+  // Scratch of attention_scratch_bytes(): [n_rows, n_head, attention_splits(kv.capacity),
+  // 2 + head_dim_v] floats, then [n_rows, n_head] ints that must be 0 before the first call
+  // (each call leaves them 0).
   float* partial = nullptr;
   // Also the int8 form of out for the output projection (head_dim_v a multiple of 32).
   Q8Out out_q8;
@@ -175,6 +178,7 @@ struct AttentionParams {
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
 int attention_splits(int capacity);
+size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v);
 // Softmax attention of every row over the committed rows of its sequence plus its ancestors in
 // the batch; heads up to 256 wide, head_dim a multiple of 4.
 void attention(const AttentionParams& p, cudaStream_t stream);

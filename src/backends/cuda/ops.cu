@@ -13,43 +13,83 @@ constexpr int kThreads = 256;
 
 unsigned blocks_for(int64_t n) { return static_cast<unsigned>((n + kThreads - 1) / kThreads); }
 
-// Sum over the block (kThreads threads); every thread gets the result.
+// Sum over a block of kT threads; every thread gets the result.
+template <int kT>
 __device__ float block_sum(float v) {
-  __shared__ float partial[kThreads / 32];
+  __shared__ float partial[kT / 32];
   for (int off = 16; off > 0; off /= 2) v += __shfl_xor_sync(0xffffffffu, v, off);
   if (threadIdx.x % 32 == 0) partial[threadIdx.x / 32] = v;
   __syncthreads();
   float total = 0.0f;
 #pragma unroll
-  for (int i = 0; i < kThreads / 32; ++i) total += partial[i];
+  for (int i = 0; i < kT / 32; ++i) total += partial[i];
   __syncthreads();  // partial may be reused by the caller's next block_sum
   return total;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, float* out, int dim, float eps) {
-  const float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
-  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
+// RMSNorm of one row per block, with the residual add (h non-null: x += h first) and the int8
+// copy of the output (q.q non-null) fused in: every norm of a pass is this kernel. A decode step
+// has one row, so the kernel is a latency chain: each thread loads its (at most kMaxPerThread)
+// elements at once into registers before it writes anything (x, h and out may alias, which would
+// otherwise order every load after the previous store), and the block is as wide as the row needs.
+// With dim a multiple of 32, a warp's 32 elements of one turn are one quantization block.
+constexpr int kMaxPerThread = 8;
+template <int kT>
+__global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, const float* w,
+                                                      float* out, int dim, float eps, Q8Out q) {
+  const int64_t row = blockIdx.x;
+  float* xr = x + row * dim;
+  float* yr = out + row * dim;
+  float v[kMaxPerThread];
+#pragma unroll
+  for (int j = 0; j < kMaxPerThread; ++j) {
+    const int i = threadIdx.x + j * kT;
+    v[j] = 0.0f;
+    if (i < dim) v[j] = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
+  }
   float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) ss += xr[i] * xr[i];
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
+#pragma unroll
+  for (int j = 0; j < kMaxPerThread; ++j) {
+    const int i = threadIdx.x + j * kT;
+    if (i < dim && h != nullptr) xr[i] = v[j];
+    ss += v[j] * v[j];
+  }
+  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) {  // rows wider than 8 kT
+    const float t = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
+    if (h != nullptr) xr[i] = t;
+    ss += t * t;
+  }
+  const float inv = rsqrtf(block_sum<kT>(ss) / static_cast<float>(dim) + eps);
+  auto emit = [&](int i, float xi) {
+    const float y = xi * inv * w[i];
+    yr[i] = y;
+    if (q.q != nullptr) {
+      quantize_block_warp(y, threadIdx.x % 32, q.q + row * dim + i - threadIdx.x % 32,
+                          q.meta + static_cast<int64_t>(i / 32) * q.meta_stride + row);
+    }
+  };
+#pragma unroll
+  for (int j = 0; j < kMaxPerThread; ++j) {
+    const int i = threadIdx.x + j * kT;
+    if (i < dim) emit(i, v[j]);
+  }
+  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) emit(i, xr[i]);
 }
 
-// x += h, then out = rms_norm(x) * w: the residual add fused into the next norm (one launch
-// instead of two per block). out may be h: every h[i] is read before the barrier in block_sum.
-__global__ void add_rms_norm_kernel(float* x, const float* h, const float* w, float* out, int dim,
-                                    float eps) {
-  float* xr = x + static_cast<int64_t>(blockIdx.x) * dim;
-  const float* hr = h + static_cast<int64_t>(blockIdx.x) * dim;
-  float* yr = out + static_cast<int64_t>(blockIdx.x) * dim;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    const float v = xr[i] + hr[i];
-    xr[i] = v;
-    ss += v * v;
+// The norm kernel's width for a row of dim elements: about four elements a thread.
+void launch_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
+                 float eps, const Q8Out& q, cudaStream_t stream) {
+  if (n_rows == 0) return;
+  const unsigned grid = static_cast<unsigned>(n_rows);
+  if (dim <= 4 * 64) {
+    rms_norm_kernel<64><<<grid, 64, 0, stream>>>(x, h, w, out, dim, eps, q);
+  } else if (dim <= 4 * 256) {
+    rms_norm_kernel<256><<<grid, 256, 0, stream>>>(x, h, w, out, dim, eps, q);
+  } else if (dim <= 4 * 512) {
+    rms_norm_kernel<512><<<grid, 512, 0, stream>>>(x, h, w, out, dim, eps, q);
+  } else {
+    rms_norm_kernel<1024><<<grid, 1024, 0, stream>>>(x, h, w, out, dim, eps, q);
   }
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += kThreads) yr[i] = xr[i] * inv * w[i];
 }
 
 // Rotates pair i of one head (v: the head's head_dim values) at position pos.
@@ -79,25 +119,30 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, 
   rope_pair(x + rh * head_dim, i, half, static_cast<float>(positions[row]), theta_scale, neox);
 }
 
-// One block per batch row: the row's q and k pairs, then (after the barrier) its K/V stores.
+// One block per (batch row, head) of q and k: the head's pairs; the blocks of the K heads then
+// store their head's K and the matching V slice into the row's cache slot.
 __global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
-  const int r = blockIdx.x;
+  const int r = blockIdx.x, head = blockIdx.y;
   const int half = p.n_rot / 2;
-  const bool neox = p.mode == RopeMode::kRopeNeox;
+  const bool is_k = head >= p.n_head;
+  float* vec = is_k ? p.k + static_cast<int64_t>(r) * p.kv.k_width + (head - p.n_head) * p.head_dim
+                    : p.q + (static_cast<int64_t>(r) * p.n_head + head) * p.head_dim;
   const float pos = static_cast<float>(p.batch.pos[r]);
-  float* q = p.q + static_cast<int64_t>(r) * p.n_head * p.head_dim;
-  float* k = p.k + static_cast<int64_t>(r) * p.kv.k_width;
-  for (int j = threadIdx.x; j < (p.n_head + p.n_head_kv) * half; j += kThreads) {
-    const int head = j / half, i = j % half;
-    float* v = head < p.n_head ? q + head * p.head_dim : k + (head - p.n_head) * p.head_dim;
-    rope_pair(v, i, half, pos, theta_scale, neox);
+  for (int i = threadIdx.x; i < half; i += blockDim.x) {
+    rope_pair(vec, i, half, pos, theta_scale, p.mode == RopeMode::kRopeNeox);
   }
+  if (!is_k) return;  // uniform over the block
   __syncthreads();
+  const int kh = head - p.n_head;
   const int64_t slot =
       static_cast<int64_t>(p.batch.seq[r]) * p.kv.capacity + static_cast<int64_t>(p.batch.slot[r]);
-  for (int i = threadIdx.x; i < p.kv.k_width; i += kThreads) p.kv.k[slot * p.kv.k_width + i] = k[i];
-  const float* v = p.v + static_cast<int64_t>(r) * p.kv.v_width;
-  for (int i = threadIdx.x; i < p.kv.v_width; i += kThreads) p.kv.v[slot * p.kv.v_width + i] = v[i];
+  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
+    p.kv.k[slot * p.kv.k_width + kh * p.head_dim + d] = vec[d];
+  }
+  const int vw = p.kv.v_width / p.n_head_kv;
+  const float* v = p.v + static_cast<int64_t>(r) * p.kv.v_width + kh * vw;
+  for (int d = threadIdx.x; d < vw; d += blockDim.x)
+    p.kv.v[slot * p.kv.v_width + kh * vw + d] = v[d];
 }
 
 __device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
@@ -140,33 +185,6 @@ __global__ void add_kernel(float* x, const float* y, int64_t n) {
 __global__ void scale_kernel(float* x, float s, int64_t n) {
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) x[i] *= s;
-}
-
-// add_rms_norm_kernel (h non-null) or rms_norm_kernel (h null) with the int8 copy of out: with
-// dim a multiple of 32, each warp's 32 elements of a loop turn are one quantization block.
-__global__ void rms_norm_q8_kernel(float* x, const float* h, const float* w, float* out, int dim,
-                                   float eps, Q8Out q) {
-  const int64_t row = blockIdx.x;
-  float* xr = x + row * dim;
-  float* yr = out + row * dim;
-  float ss = 0.0f;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    float v = xr[i];
-    if (h != nullptr) {
-      v += h[row * dim + i];
-      xr[i] = v;
-    }
-    ss += v * v;
-  }
-  const float inv = rsqrtf(block_sum(ss) / static_cast<float>(dim) + eps);
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    const float y = xr[i] * inv * w[i];
-    yr[i] = y;
-    if (q.q != nullptr) {
-      quantize_block_warp(y, threadIdx.x % 32, q.q + row * dim + i - threadIdx.x % 32,
-                          q.meta + static_cast<int64_t>(i / 32) * q.meta_stride + row);
-    }
-  }
 }
 
 // One block per token; a thread per 16-element chunk of the row.
@@ -245,15 +263,13 @@ struct EmbedLaunch {
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream) {
-  if (n_rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, w, out, dim, eps);
+  // x is read-only here (h is null); the kernel takes it mutable for the residual form.
+  launch_norm(const_cast<float*>(x), nullptr, w, out, n_rows, dim, eps, {}, stream);
 }
 
 void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                   float eps, cudaStream_t stream) {
-  if (n_rows == 0) return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, w, out, dim,
-                                                                              eps);
+  launch_norm(x, h, w, out, n_rows, dim, eps, {}, stream);
 }
 
 void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int head_dim, int n_rot,
@@ -267,9 +283,7 @@ void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int h
 
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                  float eps, const Q8Out& q, cudaStream_t stream) {
-  if (n_rows == 0) return;
-  rms_norm_q8_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, w, out, dim, eps,
-                                                                             q);
+  launch_norm(x, h, w, out, n_rows, dim, eps, q, stream);
 }
 
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
@@ -288,8 +302,9 @@ void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, in
 void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
   const float theta_scale = powf(p.base, -2.0f / static_cast<float>(p.n_rot));
-  rope_store_kv_kernel<<<static_cast<unsigned>(p.batch.n_rows), kThreads, 0, stream>>>(p,
-                                                                                       theta_scale);
+  const dim3 grid(static_cast<unsigned>(p.batch.n_rows),
+                  static_cast<unsigned>(p.n_head + p.n_head_kv));
+  rope_store_kv_kernel<<<grid, 64, 0, stream>>>(p, theta_scale);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
