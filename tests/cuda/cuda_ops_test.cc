@@ -452,13 +452,19 @@ TEST_F(CudaOps, Argmax) {
   auto logits = random_floats(rows * vocab, 13);
   logits[vocab + 5] = 100.0f;
   logits[vocab + 9] = 100.0f;  // a tie: the lower index wins, as std::max_element picks
+  logits[2 * vocab + 150000] = 50.0f;
+  logits[2 * vocab + 7] = 50.0f;  // a tie across the kernel's chunks
   Dev<float> dl(logits);
   Dev<int32_t> out(rows);
-  cuda::argmax(dl.ptr, rows, vocab, out.ptr, nullptr);
-  const auto got = out.host();
-  for (int r = 0; r < rows; ++r) {
-    const auto* row = logits.data() + static_cast<size_t>(r) * vocab;
-    EXPECT_EQ(got[r], std::max_element(row, row + vocab) - row);
+  Dev<uint8_t> scratch(cuda::argmax_scratch_bytes(rows));
+  ASSERT_EQ(cudaMemset(scratch.ptr, 0, scratch.n), cudaSuccess);
+  for (int call = 0; call < 2; ++call) {  // the second call finds the counts reset
+    cuda::argmax(dl.ptr, rows, vocab, out.ptr, scratch.ptr, nullptr);
+    const auto got = out.host();
+    for (int r = 0; r < rows; ++r) {
+      const auto* row = logits.data() + static_cast<size_t>(r) * vocab;
+      EXPECT_EQ(got[r], std::max_element(row, row + vocab) - row) << "call " << call;
+    }
   }
 }
 

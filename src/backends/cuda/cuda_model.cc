@@ -179,7 +179,8 @@ class CudaModel : public Model {
                              std::vector<int32_t>& ids, float* hidden) override {
     const int n_logits = batch.n_logit_rows();
     const size_t n_layers = launch_pass(batch, kv, hidden);
-    argmax(logits_.get<float>(), n_logits, config_.n_vocab, argmax_.get<int32_t>(), stream_);
+    argmax(logits_.get<float>(), n_logits, config_.n_vocab, argmax_.get<int32_t>(),
+           argmax_scratch_.get(), stream_);
     SALVO_CUDA_CHECK(cudaGetLastError());
     SALVO_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), n_logits * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
@@ -326,6 +327,7 @@ class CudaModel : public Model {
       grow(hidden_host_, rows * n_hidden_layers * c.n_embd * f);
     }
     grow(argmax_, static_cast<size_t>(n_logits) * sizeof(int32_t));
+    grow(argmax_scratch_, argmax_scratch_bytes(n_logits));
     grow(argmax_host_, static_cast<size_t>(n_logits) * sizeof(int32_t));
     // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
     // One int8 copy of the current matmul input (the widest is n_ff or the attention output).
@@ -518,6 +520,7 @@ class CudaModel : public Model {
   DeviceBuffer hidden_;        // [n, hidden layers, n_embd]
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
+  DeviceBuffer argmax_scratch_;
   PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;

@@ -120,7 +120,10 @@ void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float*
 void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
                   float* out, cudaStream_t stream);
 // out[r] = index of the largest logit of row r (the lowest index on ties).
-void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream);
+// scratch: argmax_scratch_bytes(n_rows), zero before the first call (each call leaves it so).
+size_t argmax_scratch_bytes(int64_t n_rows);
+void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void* scratch,
+            cudaStream_t stream);
 
 // The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
 // committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].

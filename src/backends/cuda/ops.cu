@@ -220,28 +220,49 @@ __global__ void store_hidden_kernel(const float* x, const float* h, int dim, int
   for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = xr[i] + hr[i];
 }
 
-__global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out) {
-  const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
+// Blocks per row of argmax: a 151936-word row read by one block is a single SM's worth of
+// bandwidth (tens of microseconds); split, each block takes a contiguous chunk and the last one
+// to finish picks among the chunks' winners in chunk order.
+constexpr int kArgmaxBlocks = 32;
+
+// The best (largest, then lowest index) of this thread's and the block's candidates.
+__device__ void better(float& best, int& best_i, float v, int j) {
+  if (v > best || (v == best && j < best_i)) best = v, best_i = j;
+}
+
+__global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out, float* part_val,
+                              int* part_idx, int* counts) {
+  const int row = blockIdx.y, chunk = blockIdx.x;
+  const float* r = logits + static_cast<int64_t>(row) * n_vocab;
+  const int per = (n_vocab + kArgmaxBlocks - 1) / kArgmaxBlocks;
+  const int begin = chunk * per, end = min(n_vocab, begin + per);
   float best = -FLT_MAX;
   int best_i = n_vocab;  // beyond any index: loses every tie
-  for (int i = threadIdx.x; i < n_vocab; i += kThreads) {
-    if (row[i] > best) best = row[i], best_i = i;
+  for (int i = begin + threadIdx.x; i < end; i += kThreads) {
+    if (r[i] > best) best = r[i], best_i = i;
   }
   for (int off = 16; off > 0; off /= 2) {
-    const float v = __shfl_xor_sync(0xffffffffu, best, off);
-    const int j = __shfl_xor_sync(0xffffffffu, best_i, off);
-    if (v > best || (v == best && j < best_i)) best = v, best_i = j;
+    better(best, best_i, __shfl_xor_sync(0xffffffffu, best, off),
+           __shfl_xor_sync(0xffffffffu, best_i, off));
   }
   __shared__ float vals[kThreads / 32];
   __shared__ int idxs[kThreads / 32];
   if (threadIdx.x % 32 == 0) vals[threadIdx.x / 32] = best, idxs[threadIdx.x / 32] = best_i;
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (int k = 1; k < kThreads / 32; ++k) {
-      if (vals[k] > best || (vals[k] == best && idxs[k] < best_i)) best = vals[k], best_i = idxs[k];
-    }
-    out[blockIdx.x] = best_i;
+  if (threadIdx.x != 0) return;
+  for (int k = 1; k < kThreads / 32; ++k) better(best, best_i, vals[k], idxs[k]);
+  const int slot = row * kArgmaxBlocks + chunk;
+  part_val[slot] = best;
+  part_idx[slot] = best_i;
+  __threadfence();
+  if (atomicAdd(&counts[row], 1) != kArgmaxBlocks - 1) return;  // not the last chunk done
+  counts[row] = 0;  // ready for the next call
+  best = -FLT_MAX, best_i = n_vocab;
+  for (int c = 0; c < kArgmaxBlocks; ++c) {  // chunk order; L1 is not coherent: __ldcg
+    better(best, best_i, __ldcg(part_val + row * kArgmaxBlocks + c),
+           __ldcg(part_idx + row * kArgmaxBlocks + c));
   }
+  out[row] = best_i;
 }
 
 struct EmbedLaunch {
@@ -343,10 +364,19 @@ void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int s
   }
 }
 
-void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, cudaStream_t stream) {
-  if (n_rows > 0) {
-    argmax_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, n_vocab, out);
-  }
+size_t argmax_scratch_bytes(int64_t n_rows) {
+  return static_cast<size_t>(n_rows) *
+         (kArgmaxBlocks * (sizeof(float) + sizeof(int)) + sizeof(int));
+}
+
+void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void* scratch,
+            cudaStream_t stream) {
+  if (n_rows == 0) return;
+  float* part_val = static_cast<float*>(scratch);
+  int* part_idx = reinterpret_cast<int*>(part_val + n_rows * kArgmaxBlocks);
+  int* counts = part_idx + n_rows * kArgmaxBlocks;
+  argmax_kernel<<<dim3(kArgmaxBlocks, static_cast<unsigned>(n_rows)), kThreads, 0, stream>>>(
+      logits, n_vocab, out, part_val, part_idx, counts);
 }
 
 }  // namespace salvo::cuda
