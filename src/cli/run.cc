@@ -38,6 +38,7 @@ struct RunOptions {
   std::string spec_tree = "auto";
   int spec_budget = SpecOptions{}.budget;
   int spec_depth = SpecOptions{}.depth;
+  int spec_vocab = SpecOptions{}.vocab;
   // JSONL, one {"prompt": "..."} per line: every prompt is generated in a fresh session of one
   // loaded model, with one JSON line out per prompt (tests sweep many prompts in one process).
   std::string prompts_file;
@@ -99,8 +100,11 @@ void run(const RunOptions& o) {
   if (!spec_mode.ok()) throw CliError("--spec: " + spec_mode.status().message());
   auto spec_tree = parse_spec_tree(o.spec_tree);
   if (!spec_tree.ok()) throw CliError("--spec-tree: " + spec_tree.status().message());
-  SpecOptions spec{
-      .mode = *spec_mode, .budget = o.spec_budget, .depth = o.spec_depth, .tree = *spec_tree};
+  SpecOptions spec{.mode = *spec_mode,
+                   .budget = o.spec_budget,
+                   .depth = o.spec_depth,
+                   .tree = *spec_tree,
+                   .vocab = o.spec_vocab};
   if (Status st = spec.validate(); !st.ok()) throw CliError(st.message());
   if (spec.mode == SpecMode::kDraft && o.draft_model.empty()) {
     throw CliError(
@@ -178,6 +182,7 @@ void run(const RunOptions& o) {
           {"draft_model", e.draft_model() ? e.draft_model()->config().name : ""},
           {"drafter", e.dflash() ? e.dflash()->dir() : ""},
           {"spec_tree", spec_tree_name(spec.tree)},
+          {"spec_vocab", spec.vocab},
           {"drafted_nodes", s.drafted_nodes},
           {"accepted_draft_tokens", s.accepted_draft_tokens},
           {"acceptance_per_depth", s.acceptance_per_depth()},
@@ -237,6 +242,10 @@ void add_run_command(CLI::App& app) {
                   "chain");
   cmd->add_option("--spec-budget", o->spec_budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
+  cmd->add_option("--spec-vocab", o->spec_vocab,
+                  "DFlash: draft only token ids below N, the frequent ones (0: all)")
+      ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
   cmd->add_option("--spec-depth", o->spec_depth, "deepest draft token below the last one")
       ->check(CLI::Range(0, 256))

@@ -115,6 +115,10 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--spec-budget", s.spec.budget, "draft tree nodes per forward pass")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
+  cmd->add_option("--spec-vocab", s.spec.vocab,
+                  "DFlash: draft only token ids below N, the frequent ones (0: all)")
+      ->check(CLI::Range(0, 1 << 24))
+      ->capture_default_str();
   cmd->add_option("--spec-depth", s.spec.depth, "deepest draft token below the last one")
       ->check(CLI::Range(0, 256))
       ->capture_default_str();

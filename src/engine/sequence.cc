@@ -85,7 +85,7 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
                          Sampler::create(request.sampling, model_.config().n_vocab));
   SALVO_RETURN_IF_ERROR(request.spec.validate());
   if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed ||
-      drafter_tree_ != request.spec.tree) {
+      drafter_tree_ != request.spec.tree || drafter_vocab_ != request.spec.vocab) {
     SALVO_ASSIGN_OR_RETURN(drafter_,
                            make_drafter(request.spec.mode, {.n_vocab = tokenizer_.n_vocab(),
                                                             .seed = request.sampling.seed,
@@ -93,9 +93,11 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
                                                             .pool = draft_pool_,
                                                             .context_size = context_size(),
                                                             .dflash = dflash_,
-                                                            .tree = request.spec.tree}));
+                                                            .tree = request.spec.tree,
+                                                            .dflash_vocab = request.spec.vocab}));
     drafter_mode_ = request.spec.mode;
     drafter_tree_ = request.spec.tree;
+    drafter_vocab_ = request.spec.vocab;
     drafter_seed_ = request.sampling.seed;
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
   }

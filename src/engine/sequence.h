@@ -161,6 +161,7 @@ class Sequence {
   ThreadPool* draft_pool_ = nullptr;
   SpecMode drafter_mode_ = SpecMode::kNone;
   SpecTree drafter_tree_ = SpecTree::kAuto;
+  int32_t drafter_vocab_ = 0;
   uint64_t drafter_seed_ = 0;
   SpecPolicy policy_;  // measured costs and gains of drafting on this backend
   Verifier verifier_;

@@ -362,7 +362,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
 }
 
 void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, int depth,
-                              std::vector<float>& logits) const {
+                              std::vector<float>& logits, int64_t head_rows) const {
   SALVO_CHECK(has_cpu_forward());
   const DflashConfig& c = config_;
   const int B = c.block_size;
@@ -442,8 +442,10 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   s.y.resize(s.x.size());
   ops::rms_norm(s.x.data(), output_norm_.data(), s.y.data(), B, c.n_embd, c.rms_eps);
   depth = std::clamp(depth, 1, B - 1);
-  logits.resize(static_cast<size_t>(depth) * lm_head_->n_out);
-  matmul(pool, *lm_head_, s.y.data() + c.n_embd, depth, logits.data(), s.matmul);
+  WeightView head = *lm_head_;  // its first head_rows rows: ids below head_rows
+  if (head_rows > 0) head.n_out = std::min(head.n_out, head_rows);
+  logits.resize(static_cast<size_t>(depth) * head.n_out);
+  matmul(pool, head, s.y.data() + c.n_embd, depth, logits.data(), s.matmul);
 }
 
 void DflashModel::adapter_u(const float* y_j, int32_t prev, float* u) const {

@@ -107,10 +107,11 @@ class DflashModel {
   Status observe(ThreadPool& pool, DflashState& state, int32_t first, int32_t n,
                  const float* features) const;
   // One draft pass for `root` at position state.n_positions. Leaves y_j (the final-normed
-  // outputs, [B, n_embd]) in state.y and writes logits_1..depth as [depth, n_vocab]
-  // (depth <= B-1: the LM head, the pass's largest cost, runs only on the depths drafted).
+  // outputs, [B, n_embd]) in state.y and writes logits_1..depth as [depth, head_rows]
+  // (depth <= B-1: the LM head, the pass's largest cost, runs only on the depths drafted, and
+  // only for ids below head_rows; 0: the whole vocabulary).
   void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
-                   std::vector<float>& logits) const;
+                   std::vector<float>& logits, int64_t head_rows = 0) const;
   // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`
   // ([n_embd]) given the previous token on the branch; `scores` gets one value per candidate.
   void adapter_scores(const float* y_j, int32_t prev, std::span<const int32_t> candidates,

@@ -15,7 +15,7 @@ class CpuDflashRunner : public DflashRunner {
   int max_width() const override { return 1 << 20; }
   void draft(int32_t root, int depth, int width, int32_t n_tokens,
              std::vector<Candidates>& depths) override {
-    model_.draft_block(pool_, state_, root, depth, logits_);
+    model_.draft_block(pool_, state_, root, depth, logits_, n_tokens);
     const int32_t n_vocab = static_cast<int32_t>(logits_.size() / depth);
     depths.resize(depth);
     for (int d = 0; d < depth; ++d) {

@@ -171,6 +171,10 @@ Status SpecOptions::validate() const {
     return Status::error("speculation budget " + std::to_string(budget) +
                          " is out of range [0, 1024] (tree nodes per pass)");
   }
+  if (vocab < 0) {
+    return Status::error("speculation vocabulary " + std::to_string(vocab) +
+                         " is negative (0: the whole vocabulary)");
+  }
   if (depth < 0 || depth > 256) {
     return Status::error("speculation depth " + std::to_string(depth) +
                          " is out of range [0, 256]");
@@ -183,8 +187,9 @@ namespace {
 Expected<std::unique_ptr<Drafter>> make_dflash_drafter(const DrafterResources& r) {
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<DflashRunner> runner,
                          new_dflash_runner(*r.dflash, *r.pool));
-  return std::unique_ptr<Drafter>(
-      std::make_unique<DflashDrafter>(*r.dflash, std::move(runner), r.n_vocab, r.tree));
+  return std::unique_ptr<Drafter>(std::make_unique<DflashDrafter>(
+      *r.dflash, std::move(runner),
+      r.dflash_vocab > 0 ? std::min(r.n_vocab, r.dflash_vocab) : r.n_vocab, r.tree));
 }
 
 }  // namespace

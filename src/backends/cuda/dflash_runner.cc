@@ -436,10 +436,12 @@ class DeviceDflashRunner : public DflashRunner {
     }
     rms_norm(x, d_->output_norm, y, B, ne, c.rms_eps, stream_);  // y: [B, n_embd]
     // Depths 1..D: the LM head reads its weights once for all D rows.
-    linear(d_->heads.output, y + ne, D, logits_.get<float>());
+    MatmulParams head = d_->heads.output;  // ids below n_tokens: the head's first rows
+    head.n_out = std::min<int64_t>(head.n_out, n_tokens);
+    linear(head, y + ne, D, logits_.get<float>());
     int32_t* ids = ids_.get<int32_t>();  // [root, candidates[D][K]]
-    top_candidates(logits_.get<float>(), D, static_cast<int>(d_->heads.output.n_out), n_tokens, K,
-                   ids + 1, logprobs_.get<float>(), stream_);
+    top_candidates(logits_.get<float>(), D, static_cast<int>(head.n_out), n_tokens, K, ids + 1,
+                   logprobs_.get<float>(), stream_);
     if (c.has_adapter()) {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
       // 1..D-1's candidates, which are contiguous behind it in ids), scored against the child
