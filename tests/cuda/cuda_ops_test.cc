@@ -124,60 +124,74 @@ class CudaOps : public ::testing::Test {
 
 // Every matmul variant on every weight type it supports: against the reference, and row
 // invariant (each row bit-identical to a launch holding that row alone, 64-row pieces included).
+// Shapes: 512 -> 96 (whole 32-row tiles), and a wider, shorter one (a partial 32-row tile, more k
+// slices; for the 32-element formats 43 blocks: a partial last unit of 4 blocks and rows that
+// start at 2-byte offsets; for the k-quants 7 blocks, Q6_K rows likewise misaligned).
 TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
-  const int64_t n_in = 512, n_out = 96;
-  for (cuda::MatmulVariant variant :
-       {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
-    // The q8 variants quantize the activations to int8 per 32-element block (relative error
-    // ~3e-5). kQ8 runs dp4a up to 8 rows and mma beyond: the invariance check below compares
-    // the two kernels bit for bit.
-    const double bound = cuda::variant_takes_q8(variant) ? 5e-4 : 1e-10;
-    for (DType type : kWeightTypes) {
-      if (!cuda::variant_supports(variant, type)) continue;
-      SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant));
-      const auto w = random_weights(type, n_out, n_in, 7);
-      std::vector<float> wf(n_out * n_in);
-      for (int64_t o = 0; o < n_out; ++o) {
-        dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
-      }
-      const std::vector<float> bias = random_floats(n_out, 3);
-      Dev<uint8_t> dw(w);
-      Dev<float> dbias(bias);
-      for (int n_rows : {1, 2, 5, 16, 33, 64, 100}) {
-        SCOPED_TRACE(n_rows);
-        const auto x = random_floats(n_rows * n_in, 11);
-        Dev<float> dx(x), dy(n_rows * n_out);
-        cuda::MatmulParams p{.type = type,
-                             .w = dw.ptr,
-                             .n_out = n_out,
-                             .n_in = n_in,
-                             .x = dx.ptr,
-                             .n_rows = n_rows,
-                             .y = dy.ptr,
-                             .bias = dbias.ptr,
-                             .variant = variant,
-                             .xq = {}};
-        cuda::matmul(p, nullptr);
-        const auto y = dy.host();
-        std::vector<float> want(n_rows * n_out);
-        for (int r = 0; r < n_rows; ++r) {
-          for (int64_t o = 0; o < n_out; ++o) {
-            double s = bias[o];
-            for (int64_t i = 0; i < n_in; ++i)
-              s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
-            want[r * n_out + o] = static_cast<float>(s);
-          }
+  struct Shape {
+    int64_t n_in_k, n_in_32, n_out;  // n_in for the 256- and the 32-element formats
+    std::vector<int> rows;
+  };
+  const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 33, 64, 100}},
+                          {1792, 1376, 40, {1, 3, 8, 9}}};
+  for (const Shape& shape : shapes) {
+    for (cuda::MatmulVariant variant :
+         {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+      // The q8 variants quantize the activations to int8 per 32-element block (relative error
+      // ~3e-5). kQ8 runs dp4a up to 8 rows and mma beyond: the invariance check below compares
+      // the two kernels bit for bit.
+      const double bound = cuda::variant_takes_q8(variant) ? 5e-4 : 1e-10;
+      for (DType type : kWeightTypes) {
+        if (!cuda::variant_supports(variant, type)) continue;
+        const int64_t n_out = shape.n_out;
+        const int64_t n_in = traits(type).block_size == 256 ? shape.n_in_k : shape.n_in_32;
+        SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant) + " " +
+                     std::to_string(n_in) + "->" + std::to_string(n_out));
+        const auto w = random_weights(type, n_out, n_in, 7);
+        std::vector<float> wf(n_out * n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
         }
-        EXPECT_LT(nmse(y, want), bound);
-        Dev<float> dy1(n_out);
-        for (int r = 0; r < n_rows; ++r) {
-          cuda::MatmulParams one = p;
-          one.x = dx.ptr + r * n_in;
-          one.n_rows = 1;
-          one.y = dy1.ptr;
-          cuda::matmul(one, nullptr);
-          const auto y1 = dy1.host();
-          ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0) << "row " << r;
+        const std::vector<float> bias = random_floats(n_out, 3);
+        Dev<uint8_t> dw(w);
+        Dev<float> dbias(bias);
+        for (int n_rows : shape.rows) {
+          SCOPED_TRACE(n_rows);
+          const auto x = random_floats(n_rows * n_in, 11);
+          Dev<float> dx(x), dy(n_rows * n_out);
+          cuda::MatmulParams p{.type = type,
+                               .w = dw.ptr,
+                               .n_out = n_out,
+                               .n_in = n_in,
+                               .x = dx.ptr,
+                               .n_rows = n_rows,
+                               .y = dy.ptr,
+                               .bias = dbias.ptr,
+                               .variant = variant,
+                               .xq = {}};
+          cuda::matmul(p, nullptr);
+          const auto y = dy.host();
+          std::vector<float> want(n_rows * n_out);
+          for (int r = 0; r < n_rows; ++r) {
+            for (int64_t o = 0; o < n_out; ++o) {
+              double s = bias[o];
+              for (int64_t i = 0; i < n_in; ++i)
+                s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
+              want[r * n_out + o] = static_cast<float>(s);
+            }
+          }
+          EXPECT_LT(nmse(y, want), bound);
+          Dev<float> dy1(n_out);
+          for (int r = 0; r < n_rows; ++r) {
+            cuda::MatmulParams one = p;
+            one.x = dx.ptr + r * n_in;
+            one.n_rows = 1;
+            one.y = dy1.ptr;
+            cuda::matmul(one, nullptr);
+            const auto y1 = dy1.host();
+            ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0)
+                << "row " << r;
+          }
         }
       }
     }
@@ -377,57 +391,60 @@ TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
   const int64_t n_in = 512;
   const int64_t n_outs[3] = {96, 32, 48};
   const int rows = 19;
-  for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ8_0}) {
-    SCOPED_TRACE(std::string(traits(type).name));
-    const auto x = random_floats(rows * n_in, 41);
-    Dev<float> dx(x);
-    Dev<int8_t> dq(rows * n_in);
-    Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
-    cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
-    std::vector<std::vector<uint8_t>> weights;
-    std::vector<Dev<uint8_t>*> dws;
-    std::vector<Dev<float>*> ys, singles;
-    cuda::MatmulParams parts[3];
-    for (int i = 0; i < 3; ++i) {
-      weights.push_back(random_weights(type, n_outs[i], n_in, 50 + i));
-      dws.push_back(new Dev<uint8_t>(weights.back()));
-      ys.push_back(new Dev<float>(rows * n_outs[i]));
-      singles.push_back(new Dev<float>(rows * n_outs[i]));
-      parts[i] = {.type = type,
-                  .w = dws[i]->ptr,
-                  .n_out = n_outs[i],
-                  .n_in = n_in,
-                  .x = dx.ptr,
-                  .n_rows = rows,
-                  .y = ys[i]->ptr,
-                  .variant = cuda::MatmulVariant::kMma,
-                  .xq = {dq.ptr, dm.ptr, rows}};
-      cuda::MatmulParams single = parts[i];
-      single.y = singles[i]->ptr;
-      cuda::matmul(single, nullptr);
-    }
-    cuda::matmul_group(parts, 3, nullptr);
-    for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(ys[i]->host(), singles[i]->host()), 1e-10) << i;
-    // Row 7 alone.
-    Dev<int8_t> dq1(n_in);
-    Dev<cuda::Q8Meta> dm1(n_in / 32);
-    Dev<float> dx1(std::vector<float>(x.begin() + 7 * n_in, x.begin() + 8 * n_in));
-    cuda::quantize_rows(dx1.ptr, 1, n_in, dq1.ptr, dm1.ptr, 1, nullptr);
-    cuda::MatmulParams one[3];
-    std::vector<Dev<float>*> y1;
-    for (int i = 0; i < 3; ++i) {
-      y1.push_back(new Dev<float>(n_outs[i]));
-      one[i] = parts[i];
-      one[i].x = dx1.ptr;
-      one[i].n_rows = 1;
-      one[i].y = y1[i]->ptr;
-      one[i].xq = {dq1.ptr, dm1.ptr, 1};
-    }
-    cuda::matmul_group(one, 3, nullptr);
-    for (int i = 0; i < 3; ++i) {
-      const auto all = ys[i]->host(), alone = y1[i]->host();
-      EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 7 * n_outs[i])) << i;
-      delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+  // kQ8: the 19-row launches run mma, the one-row launch dp4a (a bitwise check across kernels).
+  for (cuda::MatmulVariant variant : {cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+    for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ8_0}) {
+      SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant));
+      const auto x = random_floats(rows * n_in, 41);
+      Dev<float> dx(x);
+      Dev<int8_t> dq(rows * n_in);
+      Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
+      cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
+      std::vector<std::vector<uint8_t>> weights;
+      std::vector<Dev<uint8_t>*> dws;
+      std::vector<Dev<float>*> ys, singles;
+      cuda::MatmulParams parts[3];
+      for (int i = 0; i < 3; ++i) {
+        weights.push_back(random_weights(type, n_outs[i], n_in, 50 + i));
+        dws.push_back(new Dev<uint8_t>(weights.back()));
+        ys.push_back(new Dev<float>(rows * n_outs[i]));
+        singles.push_back(new Dev<float>(rows * n_outs[i]));
+        parts[i] = {.type = type,
+                    .w = dws[i]->ptr,
+                    .n_out = n_outs[i],
+                    .n_in = n_in,
+                    .x = dx.ptr,
+                    .n_rows = rows,
+                    .y = ys[i]->ptr,
+                    .variant = variant,
+                    .xq = {dq.ptr, dm.ptr, rows}};
+        cuda::MatmulParams single = parts[i];
+        single.y = singles[i]->ptr;
+        cuda::matmul(single, nullptr);
+      }
+      cuda::matmul_group(parts, 3, nullptr);
+      for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(ys[i]->host(), singles[i]->host()), 1e-10) << i;
+      // Row 7 alone.
+      Dev<int8_t> dq1(n_in);
+      Dev<cuda::Q8Meta> dm1(n_in / 32);
+      Dev<float> dx1(std::vector<float>(x.begin() + 7 * n_in, x.begin() + 8 * n_in));
+      cuda::quantize_rows(dx1.ptr, 1, n_in, dq1.ptr, dm1.ptr, 1, nullptr);
+      cuda::MatmulParams one[3];
+      std::vector<Dev<float>*> y1;
+      for (int i = 0; i < 3; ++i) {
+        y1.push_back(new Dev<float>(n_outs[i]));
+        one[i] = parts[i];
+        one[i].x = dx1.ptr;
+        one[i].n_rows = 1;
+        one[i].y = y1[i]->ptr;
+        one[i].xq = {dq1.ptr, dm1.ptr, 1};
+      }
+      cuda::matmul_group(one, 3, nullptr);
+      for (int i = 0; i < 3; ++i) {
+        const auto all = ys[i]->host(), alone = y1[i]->host();
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 7 * n_outs[i])) << i;
+        delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+      }
     }
   }
 }

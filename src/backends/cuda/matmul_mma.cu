@@ -60,8 +60,9 @@ __device__ __forceinline__ uint32_t spread4(uint32_t v) {
 // int8), kOffset (subtracted from each unsigned quant), kMin (a per-block minimum term), kPair8
 // (the thread's activation bytes are elements [8t, 8t + 8) of the step; else [4t, 4t + 4) and
 // [16 + 4t, 20 + 4t), or [4t, 4t + 4) for k16). load() reads the thread's share of one row's
-// block; step() returns the A registers of step s (lo: logical k 4t.., hi: k 16 + 4t..), the
-// scale dw and the min mw (added as mw × d_x × sum of x quants).
+// block (b: a device pointer, or the dp4a kernel's shared-memory copy); step() returns the A
+// registers of step s (lo: logical k 4t.., hi: k 16 + 4t..), the scale dw and the min mw (added as
+// mw × d_x × sum of x quants).
 template <DType T>
 struct Fmt;
 
@@ -72,7 +73,8 @@ struct Fmt<DType::kQ4_0> {
   struct Raw {
     uint32_t d, q;
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.d = ld_u16(b);
     r.q = ld_a2(b + 2 + 4 * t);
   }
@@ -91,7 +93,8 @@ struct Fmt<DType::kQ4_1> {
   struct Raw {
     uint32_t dm, q;
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.dm = ld_a4(b);
     r.q = ld_a4(b + 4 + 4 * t);
   }
@@ -110,7 +113,8 @@ struct Fmt<DType::kQ5_0> {
   struct Raw {
     uint32_t d, qh, q;
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.d = ld_u16(b);
     r.qh = ld_a2(b + 2);
     r.q = ld_a2(b + 6 + 4 * t);
@@ -131,7 +135,8 @@ struct Fmt<DType::kQ8_0> {
   struct Raw {
     uint32_t d, q0, q1;
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.d = ld_u16(b);
     r.q0 = ld_a2(b + 2 + 8 * t);
     r.q1 = ld_a2(b + 6 + 8 * t);
@@ -169,7 +174,8 @@ struct Fmt<DType::kQ4_K> {
     uint4 hdr;
     uint2 q[4];
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.hdr = ld_a16(b);
 #pragma unroll
     for (int j = 0; j < 4; ++j) r.q[j] = ld_a8(b + 16 + 32 * j + 8 * t);
@@ -195,7 +201,8 @@ struct Fmt<DType::kQ5_K> {
     uint2 qh;
     uint2 q[4];
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
     r.hdr = ld_a16(b);
     r.qh = ld_a8(b + 16 + 8 * t);
 #pragma unroll
@@ -224,7 +231,8 @@ struct Fmt<DType::kQ6_K> {
   struct Raw {
     uint32_t ql[8], qh[4], sc[4], d;
   };
-  __device__ static void load(const uint8_t* b, int t, Raw& r) {
+  template <class Src>
+  __device__ static void load(Src b, int t, Raw& r) {
 #pragma unroll
     for (int n = 0; n < 2; ++n) {
 #pragma unroll
@@ -458,14 +466,112 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
 
 // ---- dp4a (few rows) ------------------------------------------------------------------------
 // The same arithmetic without the tensor cores, for 1..8 rows, where an m16n8 tile would scale
-// 128 sums to use 16 or fewer: a lane owns one output row and computes the integer dot of each
-// step itself (the four "t" shares of the mma layout in turn, with dp4a), then applies exactly
-// the float steps of mma_kernel in the same order, and the warps (the same k slices) are added
-// in the same order. So both kernels give the same bits, and one family serves every R (the
-// bench's and cuda_ops_test's row-invariance checks of variant q8 compare the two kernels).
-// Not yet faster: on the H200 a 7B Q4_K layer takes 125 us at one row against mma's 121, and
-// 3x longer at 8 rows. Its loads reuse Fmt::load four times per lane (8-byte loads from 32
-// different rows per instruction); wide per-row loads are the next step.
+// 128 sums to use 16 or fewer. A block is a tile of 32 output rows and has one warp per k slice
+// (the slices of mma_kernel: warp w takes units w, w + S, ...); lane i owns output row i of the
+// tile, computes the integer dot of each step itself (the four "t" shares of the mma layout in
+// turn, with dp4a), applies exactly the float steps of mma_kernel in the same order, and the
+// warps' partial sums are added in warp order. So both kernels give the same bits, and one
+// family serves every R (the bench's and cuda_ops_test's row-invariance checks of variant q8
+// compare the two kernels).
+//
+// Loads: with a lane per output row, reading the weights straight from global memory makes each
+// load instruction touch 32 rows with 2..16-byte pieces (L1-wavefront bound, the former version
+// of this kernel: no faster than mma). Instead each warp streams its units through shared
+// memory: per unit, the 32 rows' bytes are copied with 16-byte cp.async by consecutive lanes
+// (each row's piece is contiguous, so 8..15 lanes read one row's run), kDp4aStages units ahead,
+// and each lane then reads its own row's copy. A row's copy sits at a pitch of an odd number of
+// 16-byte granules, so the lanes' 16-byte reads (Q4_K, Q5_K) hit distinct banks; the 2-byte
+// aligned formats read aligned words and shift them into place. The warps run their pipelines
+// independently (no block barrier until the final sum).
+
+constexpr int kDp4aStages = 2;  // units per warp in shared memory (one computed, one in flight)
+
+// Alignment of a block's first byte in global memory (rows start at multiples of it too).
+template <DType T>
+constexpr int block_align() {
+  return T == DType::kQ4_K || T == DType::kQ5_K ? 16 : T == DType::kQ4_1 ? 4 : 2;
+}
+
+// Bytes of one row's copy of a unit in shared memory: the unit's bytes at their offset within
+// the first 16-byte granule (up to 14 for 2-aligned data) plus a word of slack for the shifted
+// reads, rounded to an odd number of granules (distinct banks across the 32 rows).
+template <DType T>
+constexpr int unit_pitch() {
+  using F = Fmt<T>;
+  const int lead = block_align<T>() == 16 ? 0 : 16 - block_align<T>();
+  const int slack = block_align<T>() == 16 ? 0 : 4;
+  const int granules = (lead + F::kUnit * F::kBytes + slack + 15) / 16;
+  return 16 * (granules % 2 == 1 ? granules : granules + 1);
+}
+
+template <DType T>
+constexpr int dp4a_smem_bytes(int warps) {
+  return warps * kDp4aStages * 32 * unit_pitch<T>();
+}
+
+// A block's bytes in shared memory, as Fmt::load reads them through the ld_* overloads below
+// (`b + k` moves the read position by k bytes; after unrolling every k is a constant).
+//
+// 16-byte aligned blocks (Q4_K, Q5_K): the block is read as whole granules into registers (one
+// conflict-free 16-byte load each), and the fields are taken from them.
+template <int kBytes>
+struct SmemBlock16 {
+  uint4 g[kBytes / 16];
+  int k;  // read position
+  __device__ __forceinline__ explicit SmemBlock16(const uint8_t* p) : k(0) {
+#pragma unroll
+    for (int i = 0; i < kBytes / 16; ++i) g[i] = reinterpret_cast<const uint4*>(p)[i];
+  }
+  __device__ __forceinline__ uint32_t word(int at) const {  // at % 4 == 0
+    const uint4& v = g[at / 16];
+    const int j = (at / 4) % 4;
+    return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+  }
+};
+template <int kBytes>
+__device__ __forceinline__ SmemBlock16<kBytes> operator+(SmemBlock16<kBytes> b, int d) {
+  b.k += d;
+  return b;
+}
+template <int kBytes>
+__device__ __forceinline__ uint32_t ld_u16(const SmemBlock16<kBytes>& b) {
+  return (b.word(b.k & ~3) >> (8 * (b.k & 2))) & 0xFFFF;
+}
+template <int kBytes>
+__device__ __forceinline__ uint32_t ld_a2(const SmemBlock16<kBytes>& b) {
+  return b.word(b.k);  // used at 4-byte aligned positions only
+}
+template <int kBytes>
+__device__ __forceinline__ uint32_t ld_a4(const SmemBlock16<kBytes>& b) {
+  return b.word(b.k);
+}
+template <int kBytes>
+__device__ __forceinline__ uint2 ld_a8(const SmemBlock16<kBytes>& b) {
+  return make_uint2(b.word(b.k), b.word(b.k + 4));
+}
+template <int kBytes>
+__device__ __forceinline__ uint4 ld_a16(const SmemBlock16<kBytes>& b) {
+  return b.g[b.k / 16];
+}
+
+// Blocks at any even alignment: byte k of the block is byte k + off of the aligned words
+// w[...] (off in 0..3); a field is read as two aligned words shifted into place (a clamped
+// funnel shift: a shift of 32 takes the upper word whole).
+struct SmemWords {
+  const uint32_t* w;
+  uint32_t off8;  // 8 * off
+  int k;          // read position, even
+};
+__device__ __forceinline__ SmemWords operator+(SmemWords b, int d) {
+  b.k += d;
+  return b;
+}
+__device__ __forceinline__ uint32_t ld_a2(const SmemWords& b) {
+  const int j = b.k / 4;
+  return __funnelshift_rc(b.w[j], b.w[j + 1], b.off8 + 8 * (b.k & 3));
+}
+__device__ __forceinline__ uint32_t ld_a4(const SmemWords& b) { return ld_a2(b); }
+__device__ __forceinline__ uint32_t ld_u16(const SmemWords& b) { return ld_a2(b) & 0xFFFF; }
 
 template <bool kSigned>
 __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
@@ -478,82 +584,160 @@ __device__ __forceinline__ int dp4a(uint32_t a, uint32_t b, int c) {
   return d;
 }
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int kPending>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kPending));
+}
+
+// All kElems / kK steps of one weight block for the lane's output row, accumulated into acc[r]
+// for the R activation rows (the float steps of block_steps, column r).
+template <DType T, int R, class Src>
+__device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int blk,
+                                           float (&acc)[R]) {
+  using F = Fmt<T>;
+  typename F::Raw raw[4];
+#pragma unroll
+  for (int t = 0; t < 4; ++t) F::load(src, t, raw[t]);
+#pragma unroll
+  for (int s = 0; s < F::kElems / F::kK; ++s) {
+    const int es = blk * F::kElems + s * F::kK;
+    uint32_t lo[4], hi[4] = {0, 0, 0, 0};
+    float dw = 0.0f, mw = 0.0f;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      if constexpr (F::kK == 32) {
+        fmt_step<T>(raw[t], s, t, lo[t], hi[t], dw, mw);
+      } else {
+        F::step(raw[t], s, lo[t], dw);
+      }
+    }
+    const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      if (r >= p.n_rows) break;
+      // The same address in every lane of the warp (one broadcast load).
+      const int8_t* xr = p.xq + static_cast<int64_t>(r) * p.n_in + es;
+      int c = 0;
+      if constexpr (F::kK == 16) {
+        const uint4 v = *reinterpret_cast<const uint4*>(xr);
+        c = dp4a<false>(lo[0], v.x, c);
+        c = dp4a<false>(lo[1], v.y, c);
+        c = dp4a<false>(lo[2], v.z, c);
+        c = dp4a<false>(lo[3], v.w, c);
+      } else {
+        const uint4 v0 = *reinterpret_cast<const uint4*>(xr);
+        const uint4 v1 = *reinterpret_cast<const uint4*>(xr + 16);
+        const uint32_t xw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+        for (int t = 0; t < 4; ++t) {
+          if constexpr (F::kPair8) {  // elements [8t, 8t + 4) and [8t + 4, 8t + 8)
+            c = dp4a<F::kSigned>(lo[t], xw[2 * t], c);
+            c = dp4a<F::kSigned>(hi[t], xw[2 * t + 1], c);
+          } else {  // elements [4t, 4t + 4) and [16 + 4t, 20 + 4t)
+            c = dp4a<F::kSigned>(lo[t], xw[t], c);
+            c = dp4a<F::kSigned>(hi[t], xw[4 + t], c);
+          }
+        }
+      }
+      const Q8Meta m = meta[r];
+      int xs;
+      if constexpr (F::kK == 16) {
+        xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
+      } else {
+        xs = m.sum_lo + m.sum_hi;
+      }
+      const float dxs = __fmul_rn(m.d, static_cast<float>(xs));
+      const int isum = c - F::kOffset * xs;
+      acc[r] = __fmaf_rn(__fmul_rn(dw, m.d), static_cast<float>(isum), acc[r]);
+      if constexpr (F::kMin) acc[r] = __fmaf_rn(mw, dxs, acc[r]);
+    }
+  }
+}
+
 template <DType T, int R>
 __global__ void __launch_bounds__(32 * kMaxSlices)
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
+  constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
+  constexpr int kUnitBytes = F::kUnit * F::kBytes;
+  extern __shared__ uint4 dp4a_smem[];
   int tile;
   const MmaArgs& p = group_part(grp, tile);
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int o_raw = tile * 32 + lane, o = min(o_raw, p.n_out - 1);
-  const uint8_t* wr = p.w + static_cast<int64_t>(o) * p.row_bytes;
+  const int o_raw = tile * 32 + lane;
   const int n_blocks = p.n_in / F::kElems;
   const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
+  // This warp's units: warp, warp + n_warps, ... (my_units of them).
+  const int my_units = warp < n_units ? (n_units - warp + n_warps - 1) / n_warps : 0;
+  uint8_t* const buf =
+      reinterpret_cast<uint8_t*>(dp4a_smem) + static_cast<size_t>(warp) * kDp4aStages * 32 * kPitch;
+  // Rows past n_out (a partial last tile) copy the last row and are not written.
+  const uint8_t* const w_tile = p.w + static_cast<int64_t>(tile) * 32 * p.row_bytes;
+  const int rows_here = min(32, p.n_out - tile * 32);
+
+  // Copies unit i of this warp (all 32 rows) into stage i % kDp4aStages: slot q = lane + 32 j
+  // is granule q % kGranules of row q / kGranules, so consecutive lanes read consecutive
+  // granules of a row. A row's piece spans the granules from its first byte's granule to its
+  // last byte's (the lead bytes before it and the tail after it are not read).
+  auto stage = [&](int i) {
+    const int u = warp + i * n_warps;
+    const int bytes = min(F::kUnit, n_blocks - u * F::kUnit) * F::kBytes;
+    uint8_t* const dst = buf + (i % kDp4aStages) * 32 * kPitch;
+#pragma unroll
+    for (int q = lane; q < 32 * kGranules; q += 32) {
+      const int row = q / kGranules, g = q % kGranules;
+      const uint8_t* const first = w_tile +
+                                   static_cast<int64_t>(min(row, rows_here - 1)) * p.row_bytes +
+                                   static_cast<int64_t>(u) * kUnitBytes;
+      const uintptr_t a0 = reinterpret_cast<uintptr_t>(first) & ~static_cast<uintptr_t>(15);
+      const uintptr_t end = reinterpret_cast<uintptr_t>(first) + bytes;
+      const uintptr_t src = a0 + 16 * static_cast<uintptr_t>(g);
+      if (src < end) cp_async16(dst + row * kPitch + 16 * g, reinterpret_cast<const void*>(src));
+    }
+  };
+
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  for (int u = warp; u < n_units; u += n_warps) {
-    for (int i = 0; i < F::kUnit; ++i) {
-      const int blk = u * F::kUnit + i;
+  const int64_t my_row = static_cast<int64_t>(min(lane, rows_here - 1)) * p.row_bytes;
+#pragma unroll
+  for (int i = 0; i < kDp4aStages - 1; ++i) {
+    if (i < my_units) stage(i);
+    cp_async_commit();
+  }
+  for (int i = 0; i < my_units; ++i) {
+    // Every lane is done with unit i - 1, whose stage the next copy overwrites.
+    __syncwarp();
+    if (i + kDp4aStages - 1 < my_units) stage(i + kDp4aStages - 1);
+    cp_async_commit();
+    cp_async_wait<kDp4aStages - 1>();  // this lane's copies of unit i have landed
+    __syncwarp();                      // and every lane's
+    const int u = warp + i * n_warps;
+    const uint8_t* const row_copy = buf + (i % kDp4aStages) * 32 * kPitch + lane * kPitch;
+    // Byte offset of the unit's first byte within its first granule.
+    const int lead = static_cast<int>(
+        reinterpret_cast<uintptr_t>(w_tile + my_row + static_cast<int64_t>(u) * kUnitBytes) & 15);
+#pragma unroll
+    for (int b = 0; b < F::kUnit; ++b) {
+      const int blk = u * F::kUnit + b;
       if (blk >= n_blocks) break;
-      typename F::Raw raw[4];
-#pragma unroll
-      for (int t = 0; t < 4; ++t) F::load(wr + static_cast<int64_t>(blk) * F::kBytes, t, raw[t]);
-#pragma unroll
-      for (int s = 0; s < F::kElems / F::kK; ++s) {
-        const int es = blk * F::kElems + s * F::kK;
-        uint32_t lo[4], hi[4] = {0, 0, 0, 0};
-        float dw = 0.0f, mw = 0.0f;
-#pragma unroll
-        for (int t = 0; t < 4; ++t) {
-          if constexpr (F::kK == 32) {
-            fmt_step<T>(raw[t], s, t, lo[t], hi[t], dw, mw);
-          } else {
-            F::step(raw[t], s, lo[t], dw);
-          }
-        }
-        const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          if (r >= p.n_rows) break;
-          const int8_t* xr = p.xq + static_cast<int64_t>(r) * p.n_in + es;
-          int c = 0;
-          if constexpr (F::kK == 16) {
-            const uint4 v = *reinterpret_cast<const uint4*>(xr);
-            c = dp4a<false>(lo[0], v.x, c);
-            c = dp4a<false>(lo[1], v.y, c);
-            c = dp4a<false>(lo[2], v.z, c);
-            c = dp4a<false>(lo[3], v.w, c);
-          } else {
-            const uint4 v0 = *reinterpret_cast<const uint4*>(xr);
-            const uint4 v1 = *reinterpret_cast<const uint4*>(xr + 16);
-            const uint32_t xw[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
-#pragma unroll
-            for (int t = 0; t < 4; ++t) {
-              if constexpr (F::kPair8) {  // elements [8t, 8t + 4) and [8t + 4, 8t + 8)
-                c = dp4a<F::kSigned>(lo[t], xw[2 * t], c);
-                c = dp4a<F::kSigned>(hi[t], xw[2 * t + 1], c);
-              } else {  // elements [4t, 4t + 4) and [16 + 4t, 20 + 4t)
-                c = dp4a<F::kSigned>(lo[t], xw[t], c);
-                c = dp4a<F::kSigned>(hi[t], xw[4 + t], c);
-              }
-            }
-          }
-          const Q8Meta m = meta[r];
-          int xs;
-          if constexpr (F::kK == 16) {
-            xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
-          } else {
-            xs = m.sum_lo + m.sum_hi;
-          }
-          const float dxs = __fmul_rn(m.d, static_cast<float>(xs));
-          const int isum = c - F::kOffset * xs;
-          acc[r] = __fmaf_rn(__fmul_rn(dw, m.d), static_cast<float>(isum), acc[r]);
-          if constexpr (F::kMin) acc[r] = __fmaf_rn(mw, dxs, acc[r]);
-        }
+      if constexpr (block_align<T>() == 16) {
+        dp4a_block<T, R>(p, SmemBlock16<F::kBytes>(row_copy + b * F::kBytes), blk, acc);
+      } else {
+        const int at = lead + b * F::kBytes;  // the block's first byte in row_copy
+        const SmemWords src{reinterpret_cast<const uint32_t*>(row_copy) + at / 4,
+                            static_cast<uint32_t>(8 * (at % 4)), 0};
+        dp4a_block<T, R>(p, src, blk, acc);
       }
     }
   }
+  cp_async_wait<0>();
+
   __shared__ float partial[kMaxSlices][R][32];
   if (warp > 0) {
 #pragma unroll
@@ -633,8 +817,14 @@ void launch(MmaGroup grp, int warps, cudaStream_t stream) {
 
 template <DType T, int R>
 void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
+  // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
+  static const bool opted_in = [] {
+    return cudaFuncSetAttribute(dp4a_kernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                dp4a_smem_bytes<T>(kMaxSlices)) == cudaSuccess;
+  }();
+  SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  dp4a_kernel<T, R><<<blocks, 32 * warps, 0, stream>>>(grp);
+  dp4a_kernel<T, R><<<blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream>>>(grp);
 }
 
 template <DType T>
