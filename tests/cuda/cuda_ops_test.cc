@@ -476,7 +476,7 @@ TEST_F(CudaOps, Argmax) {
   Dev<uint8_t> scratch(cuda::argmax_scratch_bytes(rows));
   ASSERT_EQ(cudaMemset(scratch.ptr, 0, scratch.n), cudaSuccess);
   for (int call = 0; call < 2; ++call) {  // the second call finds the counts reset
-    cuda::argmax(dl.ptr, rows, vocab, out.ptr, scratch.ptr, nullptr);
+    cuda::argmax(dl.ptr, rows, vocab, out.ptr, scratch.ptr, scratch.n, nullptr);
     const auto got = out.host();
     for (int r = 0; r < rows; ++r) {
       const auto* row = logits.data() + static_cast<size_t>(r) * vocab;
@@ -554,9 +554,9 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                           .window = window});
 
     Dev<float> dk(k_all), dv(v_all), dq(q), dkn(k_new), dvn(v_new), dout(want.size());
-    // Partials and the split counts, which start at 0.
     Dev<float> partial(cuda::attention_scratch_bytes(n, c.n_head, capacity, c.head_dim_v) / 4);
-    ASSERT_EQ(cudaMemset(partial.ptr, 0, partial.n * 4), cudaSuccess);
+    Dev<int> counts(static_cast<size_t>(n) * c.n_head);  // the split counts start at 0
+    ASSERT_EQ(cudaMemset(counts.ptr, 0, counts.n * 4), cudaSuccess);
     Dev<int32_t> seq(f.batch.seq_ids), pos(f.batch.positions), slot(layout.slot),
         subtree_end(f.batch.subtree_end), committed(std::vector<int32_t>{600, 12});
     const cuda::BatchView bv{.n_rows = n,
@@ -582,6 +582,7 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                      .scale = scale,
                      .window = window,
                      .partial = partial.ptr,
+                     .split_counts = counts.ptr,
                      .out_q8 = {}},
                     nullptr);
     EXPECT_LT(nmse(dout.host(), want), 1e-10);
@@ -602,6 +603,7 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                        .scale = scale,
                        .window = window,
                        .partial = partial.ptr,
+                       .split_counts = counts.ptr,
                        .out_q8 = {q_fused.ptr, m_fused.ptr, n}},
                       nullptr);
       cuda::quantize_rows(out2.ptr, n, width, q_ref.ptr, m_ref.ptr, n, nullptr);

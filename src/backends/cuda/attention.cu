@@ -35,7 +35,7 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
 // One block per (head, row, split); each lane scores one key, the warp takes the softmax of its
 // 32 keys and accumulates their values; the block merges its warps and writes the split's (max,
 // sum, unnormalised output). The last block of a (head, row) to finish merges the splits in order
-// (a count per (head, row) after the partials, which that block resets to 0 for the next pass):
+// (a count per (head, row), which that block resets to 0 for the next pass):
 // one launch a layer instead of two, and the merge is the same whichever block does it.
 constexpr int kKeysPerSplit = kWarps * 32;
 
@@ -198,10 +198,7 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   __shared__ bool last;
   const int n_splits = gridDim.z;
   if (threadIdx.x == 0) {
-    const int64_t n_partials =
-        static_cast<int64_t>(p.batch.n_rows) * p.n_head * n_splits * (2 + p.head_dim_v);
-    int* count =
-        reinterpret_cast<int*>(p.partial + n_partials) + blockIdx.y * p.n_head + blockIdx.x;
+    int* count = p.split_counts + blockIdx.y * p.n_head + blockIdx.x;
     last = atomicAdd(count, 1) == n_splits - 1;
     if (last) *count = 0;
   }
@@ -242,9 +239,8 @@ void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, con
 int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
 
 size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v) {
-  const size_t partials = static_cast<size_t>(n_rows) * n_head * attention_splits(capacity) *
-                          (2 + head_dim_v) * sizeof(float);
-  return partials + static_cast<size_t>(n_rows) * n_head * sizeof(int);
+  return static_cast<size_t>(n_rows) * n_head * attention_splits(capacity) * (2 + head_dim_v) *
+         sizeof(float);
 }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {

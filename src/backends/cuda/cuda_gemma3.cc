@@ -91,6 +91,7 @@ class Gemma3Pass : public DevicePass {
                  .scale = c_.attn_scale,
                  .window = sliding ? c_.sliding_window : 0,
                  .partial = b.attn_partial,
+                 .split_counts = b.attn_counts,
                  .out_q8 = aq},
                 stream);
       if (aq.q != nullptr) {

@@ -180,7 +180,7 @@ class CudaModel : public Model {
     const int n_logits = batch.n_logit_rows();
     const size_t n_layers = launch_pass(batch, kv, hidden);
     argmax(logits_.get<float>(), n_logits, config_.n_vocab, argmax_.get<int32_t>(),
-           argmax_scratch_.get(), stream_);
+           argmax_scratch_.get(), argmax_scratch_.bytes(), stream_);
     SALVO_CUDA_CHECK(cudaGetLastError());
     SALVO_CUDA_CHECK(cudaMemcpyAsync(argmax_host_.get(), argmax_.get(), n_logits * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
@@ -319,6 +319,7 @@ class CudaModel : public Model {
     grow(gate_, rows * c.n_ff * f);
     grow(up_, rows * c.n_ff * f);
     grow(attn_partial_, attention_scratch_bytes(n, c.n_head, capacity, c.head_dim_v));
+    grow(attn_counts_, rows * c.n_head * sizeof(int));
     grow(logit_rows_, static_cast<size_t>(n_logits) * c.n_embd * f);
     grow(logits_, static_cast<size_t>(n_logits) * c.n_vocab * f);
     grow(logits_host_, static_cast<size_t>(n_logits) * c.n_vocab * f);
@@ -414,6 +415,7 @@ class CudaModel : public Model {
                          .gate = gate_.get<float>(),
                          .up = up_.get<float>(),
                          .attn_partial = attn_partial_.get<float>(),
+                         .attn_counts = attn_counts_.get<int>(),
                          .logit_x = logit_rows_.get<float>(),
                          .logits = logits_.get<float>(),
                          .xq = {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()}},
@@ -474,6 +476,7 @@ class CudaModel : public Model {
                  .scale = c.attn_scale,
                  .window = 0,
                  .partial = attn_partial_.get<float>(),
+                 .split_counts = attn_counts_.get<int>(),
                  .out_q8 = aq},
                 stream_);
       const Q8Rows aq_rows =
@@ -521,6 +524,7 @@ class CudaModel : public Model {
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
+  DeviceBuffer attn_counts_;  // attention's split counts, [n, n_head], 0 between passes
   PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;

@@ -110,6 +110,7 @@ struct PassBuffers {
   float* attn = nullptr;                           // [n, n_head * head_dim_v]
   float *gate = nullptr, *up = nullptr;            // [n, n_ff]
   float* attn_partial = nullptr;                   // AttentionParams::partial
+  int* attn_counts = nullptr;                      // AttentionParams::split_counts
   float* logit_x = nullptr;                        // [n_logits, n_embd]
   float* logits = nullptr;                         // [n_logits, n_vocab]
   Q8Buffer xq;  // [n, max(n_embd, n_head * head_dim_v, n_ff)] int8 matmul inputs

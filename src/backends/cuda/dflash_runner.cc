@@ -348,6 +348,8 @@ class DeviceDflashRunner : public DflashRunner {
     capacity_ = capacity;
     SALVO_RETURN_IF_ERROR(
         partial_.reserve(attention_scratch_bytes(c.block_size, c.n_head, capacity_, c.head_dim)));
+    SALVO_RETURN_IF_ERROR(
+        counts_.reserve(static_cast<size_t>(c.block_size) * c.n_head * sizeof(int)));
     if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
     graph_ = nullptr;
     return Status();
@@ -424,6 +426,7 @@ class DeviceDflashRunner : public DflashRunner {
                  .window = 0,
                  .block_visible = true,
                  .partial = partial_.get<float>(),
+                 .split_counts = counts_.get<int>(),
                  .out_q8 = {}},
                 stream_);
       linear(l.o, attn, B, h);
@@ -471,7 +474,7 @@ class DeviceDflashRunner : public DflashRunner {
   int32_t n_positions_ = 0;
   int capacity_ = 0;
   std::vector<DeviceBuffer> k_, v_;  // per layer: [capacity, kv_width]
-  DeviceBuffer partial_;
+  DeviceBuffer partial_, counts_;
   // The draft pass.
   DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
       logprobs_;

@@ -120,10 +120,11 @@ void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float*
 void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
                   float* out, cudaStream_t stream);
 // out[r] = index of the largest logit of row r (the lowest index on ties).
-// scratch: argmax_scratch_bytes(n_rows), zero before the first call (each call leaves it so).
+// scratch: scratch_bytes >= argmax_scratch_bytes(n_rows), zero before the first call (each call
+// leaves it so), the same scratch_bytes in every call on that scratch.
 size_t argmax_scratch_bytes(int64_t n_rows);
 void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void* scratch,
-            cudaStream_t stream);
+            size_t scratch_bytes, cudaStream_t stream);
 
 // The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
 // committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].
@@ -172,9 +173,11 @@ struct AttentionParams {
   // of only its ancestors; the window must be 0.
   bool block_visible = false;
   // Scratch of attention_scratch_bytes(): [n_rows, n_head, attention_splits(kv.capacity),
-  // 2 + head_dim_v] floats, then [n_rows, n_head] ints that must be 0 before the first call
-  // (each call leaves them 0).
+  // 2 + head_dim_v] floats.
   float* partial = nullptr;
+  // [n_rows, n_head] split counts, 0 before the first call (each call leaves them 0): a buffer
+  // of their own, as the partials' layout changes with n_rows.
+  int* split_counts = nullptr;
   // Also the int8 form of out for the output projection (head_dim_v a multiple of 32).
   Q8Out out_q8;
 };

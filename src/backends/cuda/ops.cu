@@ -5,6 +5,7 @@
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/q8.cuh"
+#include "util/check.h"
 
 namespace salvo::cuda {
 namespace {
@@ -256,7 +257,7 @@ __global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out, fl
   part_idx[slot] = best_i;
   __threadfence();
   if (atomicAdd(&counts[row], 1) != kArgmaxBlocks - 1) return;  // not the last chunk done
-  counts[row] = 0;  // ready for the next call
+  counts[row] = 0;                                              // ready for the next call
   best = -FLT_MAX, best_i = n_vocab;
   for (int c = 0; c < kArgmaxBlocks; ++c) {  // chunk order; L1 is not coherent: __ldcg
     better(best, best_i, __ldcg(part_val + row * kArgmaxBlocks + c),
@@ -366,15 +367,19 @@ void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int s
 
 size_t argmax_scratch_bytes(int64_t n_rows) {
   return static_cast<size_t>(n_rows) *
-         (kArgmaxBlocks * (sizeof(float) + sizeof(int)) + sizeof(int));
+         (sizeof(int) + kArgmaxBlocks * (sizeof(float) + sizeof(int)));
 }
 
 void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void* scratch,
-            cudaStream_t stream) {
+            size_t scratch_bytes, cudaStream_t stream) {
   if (n_rows == 0) return;
-  float* part_val = static_cast<float*>(scratch);
-  int* part_idx = reinterpret_cast<int*>(part_val + n_rows * kArgmaxBlocks);
-  int* counts = part_idx + n_rows * kArgmaxBlocks;
+  // The layout follows the scratch's capacity, not n_rows: the counts must stay where the last
+  // call (of any row count) left them at 0; a grown buffer is a new, zeroed one.
+  const int64_t cap = static_cast<int64_t>(scratch_bytes / argmax_scratch_bytes(1));
+  SALVO_CHECK(cap >= n_rows);
+  int* counts = static_cast<int*>(scratch);
+  float* part_val = reinterpret_cast<float*>(counts + cap);
+  int* part_idx = reinterpret_cast<int*>(part_val + cap * kArgmaxBlocks);
   argmax_kernel<<<dim3(kArgmaxBlocks, static_cast<unsigned>(n_rows)), kThreads, 0, stream>>>(
       logits, n_vocab, out, part_val, part_idx, counts);
 }
