@@ -158,6 +158,16 @@ MatmulVariant default_variant(DType type) {
   return mma_supports(type) ? MatmulVariant::kMma : MatmulVariant::kFloat;
 }
 
+// Rows up to which the integer variants run the dp4a GEMV instead of the tensor cores (the same
+// bits): kQ8 up to 8; kMma for one row where the GEMV measured faster on the H200 (7B layer, us at
+// 1 row, mma / dp4a: Q4_0 183 / 153, Q4_1 164 / 158, Q5_0 225 / 177, Q8_0 245 / 204, Q4_K 131 /
+// 131; but Q5_K 130 / 167, Q6_K 180 / 194). Two rows and more stay on mma (dp4a at 8 rows: 2.3x).
+int dp4a_rows_for(MatmulVariant v, DType type) {
+  if (v == MatmulVariant::kQ8) return 8;
+  if (v == MatmulVariant::kMma && type != DType::kQ5_K && type != DType::kQ6_K) return 1;
+  return 0;
+}
+
 MatmulVariant env_variant() {
   static const MatmulVariant v = [] {
     const char* env = std::getenv("SALVO_CUDA_MATMUL");
@@ -188,7 +198,7 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
   const MatmulVariant v = resolve_variant(p.variant, p.type);
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
-    const int dp4a_rows = v == MatmulVariant::kQ8 ? 8 : 0;
+    const int dp4a_rows = dp4a_rows_for(v, p.type);
     if (p.xq.q != nullptr) return matmul_mma(p, dp4a_rows, stream);
     Scratch& s = scratch();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -222,7 +232,7 @@ void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
     return;
   }
   const int dp4a_rows =
-      resolve_variant(parts[0].variant, parts[0].type) == MatmulVariant::kQ8 ? 8 : 0;
+      dp4a_rows_for(resolve_variant(parts[0].variant, parts[0].type), parts[0].type);
   matmul_mma_group(parts, n_parts, dp4a_rows, stream);
 }
 
