@@ -31,14 +31,15 @@ start() { # name gguf sha npieces dir args...
   setsid nohup bash -c "python3 $W/code/train.py --target $name --gguf $g --data $W/data_$name.json.gz \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
-# Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~11-13. --passes sets the work; --minutes
+# Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15 (12 passes; session 4 ran 4 and
+# the drafter was under-trained: loss 3.7, top-1 0.24). --passes sets the work; --minutes
 # caps the drafter's stepping time should the shared GPU be slower than planned.
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q \
   --n-layer 1 --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
-  --passes ${QPASSES:-6} --minutes ${QMINUTES:-4.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb 56 --eval-max 256
+  --passes ${QPASSES:-12} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb 56 --eval-max 256
 if [ "${1:-}" = wait ]; then
   end=$((SECONDS + $2))
   while { [ ! -f $W/qwen2.5-coder-1.5b.done ] || [ ! -f $W/smollm2-135m.done ]; } && [ $SECONDS -lt $end ]; do sleep 5; done
