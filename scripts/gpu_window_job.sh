@@ -1,0 +1,25 @@
+#!/bin/bash
+# The background work of scripts/gpu_window.sh, on GPU 0: build and checks on random models,
+# then (real models and llama.cpp there) the benchmarks and the real models' logits against the
+# CPU. Logs in /root/g.
+export PYTHONPATH=/root/site CUDA_VISIBLE_DEVICES=0
+W=/root/g
+cd /root/src || exit 1
+chk="scripts/gpu_check.sh --deps /root/pack/deps --tokenizers /root/pack/tok --work $W"
+echo "tests start $(date +%T)"
+$chk --phase tests >$W/tests.log 2>&1
+echo "tests rc $? $(date +%T)"
+while [ ! -f /root/w/qwen2.5-coder-1.5b.gguf.ok ] || [ ! -f /root/w/smollm2-135m.gguf.ok ] ||
+  [ ! -f $W/llama.done ]; do sleep 3; done
+echo "bench start $(date +%T)"
+SALVO_BENCH_VARIANTS=${SALVO_BENCH_VARIANTS:-q8} $chk --phase bench --real /root/w \
+  --llamacpp /root/pack/llamacpp.tar.gz >$W/bench.log 2>&1
+echo "bench rc $? $(date +%T)"
+touch $W/bench.done
+models=""
+for name in smollm2-135m qwen2.5-coder-1.5b gemma3-270m; do
+  [ -f /root/w/$name.gguf.ok ] && models+="${models:+:}/root/w/$name.gguf"
+done
+(cd $W/build/tests && SALVO_CUDA_TEST_MODELS=$models SALVO_CUDA_TEST_DRAFTERS=$W/drafters \
+  timeout 300 ./cuda_model_test 2>&1 | grep -E "NMSE|OK \]|FAILED|Failure") >$W/real_model.log
+echo "real models done $(date +%T)"
