@@ -174,7 +174,7 @@ void packed_q4k_portable(int64_t n_in, const void* group, const void* acts, size
     float acc[kPackRows] = {};
     for (int64_t b = 0; b < n_in / kQKK; ++b) {
       const PackedQ4K& blk = p[b];
-      float sumf[kPackRows] = {};
+      int32_t sumi[kPackRows] = {};
       for (int j = 0; j < 8; ++j) {
         for (int k = 0; k < kPackRows; ++k) {
           int32_t isum = 0;
@@ -187,7 +187,7 @@ void packed_q4k_portable(int64_t n_in, const void* group, const void* acts, size
             isum += dot4(lo, a[b].qs + 32 * j + 8 * s);
             isum += dot4(hi, a[b].qs + 32 * j + 8 * s + 4);
           }
-          sumf[k] = std::fma(static_cast<float>(isum), static_cast<float>(blk.sc[j][k]), sumf[k]);
+          sumi[k] += isum * blk.sc[j][k];
         }
       }
       for (int k = 0; k < kPackRows; ++k) {
@@ -196,7 +196,7 @@ void packed_q4k_portable(int64_t n_in, const void* group, const void* acts, size
           msum += blk.mins[j / 2][k][j % 2] * (a[b].bsums[2 * j] + a[b].bsums[2 * j + 1]);
         }
         const float da = a[b].d;
-        acc[k] = std::fma(sumf[k], fp16_to_fp32(blk.d[k]) * da, acc[k]);
+        acc[k] = std::fma(static_cast<float>(sumi[k]), fp16_to_fp32(blk.d[k]) * da, acc[k]);
         acc[k] = std::fma(-static_cast<float>(msum), fp16_to_fp32(blk.dmin[k]) * da, acc[k]);
       }
     }
@@ -214,7 +214,7 @@ void packed_q6k_portable(int64_t n_in, const void* group, const void* acts, size
     float acc[kPackRows] = {};
     for (int64_t b = 0; b < n_in / kQKK; ++b) {
       const PackedQ6K& blk = p[b];
-      float sumf[kPackRows] = {};
+      int32_t sumi[kPackRows] = {};
       for (int j = 0; j < 16; ++j) {
         for (int k = 0; k < kPackRows; ++k) {
           int32_t isum = 0;
@@ -230,11 +230,11 @@ void packed_q6k_portable(int64_t n_in, const void* group, const void* acts, size
             isum += dot4(hi, a[b].qs + 16 * j + 8 * s + 4);
           }
           isum -= 32 * a[b].bsums[j];
-          sumf[k] = std::fma(static_cast<float>(isum), static_cast<float>(blk.sc[j][k]), sumf[k]);
+          sumi[k] += isum * blk.sc[j][k];
         }
       }
       for (int k = 0; k < kPackRows; ++k) {
-        acc[k] = std::fma(sumf[k], fp16_to_fp32(blk.d[k]) * a[b].d, acc[k]);
+        acc[k] = std::fma(static_cast<float>(sumi[k]), fp16_to_fp32(blk.d[k]) * a[b].d, acc[k]);
       }
     }
     std::memcpy(out + r * kPackRows, acc, sizeof(acc));

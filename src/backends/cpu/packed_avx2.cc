@@ -55,14 +55,12 @@ SALVO_PACK_INLINE __m256 load8_f16(const fp16_t* p) {
   return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
 
-SALVO_PACK_INLINE __m256 load8_u8_as_float(const uint8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+SALVO_PACK_INLINE __m256i load8_u8_as_i32(const uint8_t* p) {
+  return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
-SALVO_PACK_INLINE __m256 load8_i8_as_float(const int8_t* p) {
-  return _mm256_cvtepi32_ps(
-      _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+SALVO_PACK_INLINE __m256i load8_i8_as_i32(const int8_t* p) {
+  return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
 template <int R>
@@ -78,8 +76,8 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < n_in / kQKK; ++b) {
     const PackedQ4K& blk = p[b];
-    __m256 sumf[R];
-    for (int r = 0; r < R; ++r) sumf[r] = _mm256_setzero_ps();
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
       __m256i isum[R];
       for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
@@ -93,9 +91,9 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
           isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
         }
       }
-      const __m256 sc = load8_u8_as_float(blk.sc[j]);
+      const __m256i sc = load8_u8_as_i32(blk.sc[j]);
       for (int r = 0; r < R; ++r)
-        sumf[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[r]), sc, sumf[r]);
+        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(isum[r], sc));
     }
     const __m256 dw = load8_f16(blk.d), dminw = load8_f16(blk.dmin);
     for (int r = 0; r < R; ++r) {
@@ -112,7 +110,7 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
         msum = madd_acc(msum, mins, pair);
       }
       const __m256 da = _mm256_set1_ps(a[r][b].d);
-      acc[r] = _mm256_fmadd_ps(sumf[r], _mm256_mul_ps(dw, da), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]), _mm256_mul_ps(dw, da), acc[r]);
       acc[r] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(msum), _mm256_mul_ps(dminw, da), acc[r]);
     }
   }
@@ -132,8 +130,8 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < n_in / kQKK; ++b) {
     const PackedQ6K& blk = p[b];
-    __m256 sumf[R];
-    for (int r = 0; r < R; ++r) sumf[r] = _mm256_setzero_ps();
+    __m256i sumi[R];
+    for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int j = 0; j < 16; ++j) {
       __m256i isum[R];
       for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
@@ -154,16 +152,17 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
           isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
         }
       }
-      const __m256 sc = load8_i8_as_float(blk.sc[j]);
+      const __m256i sc = load8_i8_as_i32(blk.sc[j]);
       for (int r = 0; r < R; ++r) {
         const __m256i offset = _mm256_set1_epi32(32 * a[r][b].bsums[j]);
-        sumf[r] =
-            _mm256_fmadd_ps(_mm256_cvtepi32_ps(_mm256_sub_epi32(isum[r], offset)), sc, sumf[r]);
+        sumi[r] =
+            _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(_mm256_sub_epi32(isum[r], offset), sc));
       }
     }
     const __m256 dw = load8_f16(blk.d);
     for (int r = 0; r < R; ++r) {
-      acc[r] = _mm256_fmadd_ps(sumf[r], _mm256_mul_ps(dw, _mm256_set1_ps(a[r][b].d)), acc[r]);
+      acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]),
+                               _mm256_mul_ps(dw, _mm256_set1_ps(a[r][b].d)), acc[r]);
     }
   }
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kPackRows, acc[r]);
