@@ -132,7 +132,7 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
     int64_t n_in_k, n_in_32, n_out;  // n_in for the 256- and the 32-element formats
     std::vector<int> rows;
   };
-  const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 33, 64, 100}},
+  const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 33, 64, 100, 200}},
                           {1792, 1376, 40, {1, 3, 8, 9}}};
   for (const Shape& shape : shapes) {
     for (cuda::MatmulVariant variant :
@@ -390,60 +390,63 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
 TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
   const int64_t n_in = 512;
   const int64_t n_outs[3] = {96, 32, 48};
-  const int rows = 19;
-  // kQ8: the 19-row launches run mma, the one-row launch dp4a (a bitwise check across kernels).
-  for (cuda::MatmulVariant variant : {cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
-    for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ8_0}) {
-      SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant));
-      const auto x = random_floats(rows * n_in, 41);
-      Dev<float> dx(x);
-      Dev<int8_t> dq(rows * n_in);
-      Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
-      cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
-      std::vector<std::vector<uint8_t>> weights;
-      std::vector<Dev<uint8_t>*> dws;
-      std::vector<Dev<float>*> ys, singles;
-      cuda::MatmulParams parts[3];
-      for (int i = 0; i < 3; ++i) {
-        weights.push_back(random_weights(type, n_outs[i], n_in, 50 + i));
-        dws.push_back(new Dev<uint8_t>(weights.back()));
-        ys.push_back(new Dev<float>(rows * n_outs[i]));
-        singles.push_back(new Dev<float>(rows * n_outs[i]));
-        parts[i] = {.type = type,
-                    .w = dws[i]->ptr,
-                    .n_out = n_outs[i],
-                    .n_in = n_in,
-                    .x = dx.ptr,
-                    .n_rows = rows,
-                    .y = ys[i]->ptr,
-                    .variant = variant,
-                    .xq = {dq.ptr, dm.ptr, rows}};
-        cuda::MatmulParams single = parts[i];
-        single.y = singles[i]->ptr;
-        cuda::matmul(single, nullptr);
-      }
-      cuda::matmul_group(parts, 3, nullptr);
-      for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(ys[i]->host(), singles[i]->host()), 1e-10) << i;
-      // Row 7 alone.
-      Dev<int8_t> dq1(n_in);
-      Dev<cuda::Q8Meta> dm1(n_in / 32);
-      Dev<float> dx1(std::vector<float>(x.begin() + 7 * n_in, x.begin() + 8 * n_in));
-      cuda::quantize_rows(dx1.ptr, 1, n_in, dq1.ptr, dm1.ptr, 1, nullptr);
-      cuda::MatmulParams one[3];
-      std::vector<Dev<float>*> y1;
-      for (int i = 0; i < 3; ++i) {
-        y1.push_back(new Dev<float>(n_outs[i]));
-        one[i] = parts[i];
-        one[i].x = dx1.ptr;
-        one[i].n_rows = 1;
-        one[i].y = y1[i]->ptr;
-        one[i].xq = {dq1.ptr, dm1.ptr, 1};
-      }
-      cuda::matmul_group(one, 3, nullptr);
-      for (int i = 0; i < 3; ++i) {
-        const auto all = ys[i]->host(), alone = y1[i]->host();
-        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 7 * n_outs[i])) << i;
-        delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+  // kQ8: the 19-row launches run mma, the one-row launch dp4a (a bitwise check across kernels);
+  // 150 rows run as three 64-row pieces of one launch.
+  for (int rows : {19, 150}) {
+    for (cuda::MatmulVariant variant : {cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+      for (DType type : {DType::kQ4_K, DType::kQ4_0, DType::kQ6_K, DType::kQ8_0}) {
+        SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant) + " " +
+                     std::to_string(rows) + " rows");
+        const auto x = random_floats(rows * n_in, 41);
+        Dev<float> dx(x);
+        Dev<int8_t> dq(rows * n_in);
+        Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
+        cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
+        std::vector<std::vector<uint8_t>> weights;
+        std::vector<Dev<uint8_t>*> dws;
+        std::vector<Dev<float>*> ys, singles;
+        cuda::MatmulParams parts[3];
+        for (int i = 0; i < 3; ++i) {
+          weights.push_back(random_weights(type, n_outs[i], n_in, 50 + i));
+          dws.push_back(new Dev<uint8_t>(weights.back()));
+          ys.push_back(new Dev<float>(rows * n_outs[i]));
+          singles.push_back(new Dev<float>(rows * n_outs[i]));
+          parts[i] = {.type = type,
+                      .w = dws[i]->ptr,
+                      .n_out = n_outs[i],
+                      .n_in = n_in,
+                      .x = dx.ptr,
+                      .n_rows = rows,
+                      .y = ys[i]->ptr,
+                      .variant = variant,
+                      .xq = {dq.ptr, dm.ptr, rows}};
+          cuda::MatmulParams single = parts[i];
+          single.y = singles[i]->ptr;
+          cuda::matmul(single, nullptr);
+        }
+        cuda::matmul_group(parts, 3, nullptr);
+        for (int i = 0; i < 3; ++i) EXPECT_LT(nmse(ys[i]->host(), singles[i]->host()), 1e-10) << i;
+        // Row 7 alone.
+        Dev<int8_t> dq1(n_in);
+        Dev<cuda::Q8Meta> dm1(n_in / 32);
+        Dev<float> dx1(std::vector<float>(x.begin() + 7 * n_in, x.begin() + 8 * n_in));
+        cuda::quantize_rows(dx1.ptr, 1, n_in, dq1.ptr, dm1.ptr, 1, nullptr);
+        cuda::MatmulParams one[3];
+        std::vector<Dev<float>*> y1;
+        for (int i = 0; i < 3; ++i) {
+          y1.push_back(new Dev<float>(n_outs[i]));
+          one[i] = parts[i];
+          one[i].x = dx1.ptr;
+          one[i].n_rows = 1;
+          one[i].y = y1[i]->ptr;
+          one[i].xq = {dq1.ptr, dm1.ptr, 1};
+        }
+        cuda::matmul_group(one, 3, nullptr);
+        for (int i = 0; i < 3; ++i) {
+          const auto all = ys[i]->host(), alone = y1[i]->host();
+          EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin() + 7 * n_outs[i])) << i;
+          delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+        }
       }
     }
   }

@@ -321,6 +321,23 @@ __device__ __forceinline__ const MmaArgs& group_part(const MmaGroup& g, int& til
   return g.m[i];
 }
 
+// a's piece blockIdx.y of kMatmulMaxRows activation rows: a prefill's pieces run side by side in
+// one launch and share the weights through L2 (a row's arithmetic does not depend on its piece).
+__device__ __forceinline__ MmaArgs row_piece(const MmaArgs& a) {
+  MmaArgs p = a;
+  const int r0 = static_cast<int>(blockIdx.y) * kMatmulMaxRows;
+  p.xq += static_cast<int64_t>(r0) * p.n_in;
+  p.meta += r0;
+  p.y += static_cast<int64_t>(r0) * p.n_out;
+  p.n_rows = min(kMatmulMaxRows, p.n_rows - r0);
+  return p;
+}
+
+// 64-row pieces of a launch (the grid's y extent).
+unsigned row_pieces(const MmaGroup& g) {
+  return static_cast<unsigned>((g.m[0].n_rows + kMatmulMaxRows - 1) / kMatmulMaxRows);
+}
+
 // One block step (all kK-element steps of one weight block) for the warp's 16 × 8NT tile.
 template <DType T, int NT>
 __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt<T>::Raw& r0,
@@ -391,11 +408,8 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
 }
 
 template <DType T, int NT>
-__global__ void __launch_bounds__(32 * kMaxSlices)
-    mma_kernel(const __grid_constant__ MmaGroup grp) {
+__device__ __forceinline__ void mma_tile(const MmaArgs& p, int tile) {
   using F = Fmt<T>;
-  int tile;
-  const MmaArgs& p = group_part(grp, tile);
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int g = lane / 4, t = lane % 4;
   const int o_base = tile * 16;
@@ -461,6 +475,19 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
         }
       }
     }
+  }
+}
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(32 * kMaxSlices)
+    mma_kernel(const __grid_constant__ MmaGroup grp) {
+  int tile;
+  const MmaArgs& p = group_part(grp, tile);
+  // The first piece reads its arguments in place (every decode and verification launch).
+  if (blockIdx.y == 0) {
+    mma_tile<T, NT>(p, tile);
+  } else {
+    mma_tile<T, NT>(row_piece(p), tile);
   }
 }
 
@@ -812,7 +839,7 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
 template <DType T, int NT>
 void launch(MmaGroup grp, int warps, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
-  mma_kernel<T, NT><<<blocks, 32 * warps, 0, stream>>>(grp);
+  mma_kernel<T, NT><<<dim3(blocks, row_pieces(grp)), 32 * warps, 0, stream>>>(grp);
 }
 
 template <DType T, int R>
@@ -824,7 +851,7 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  dp4a_kernel<T, R><<<blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream>>>(grp);
+  dp4a_kernel<T, R><<<blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream>>>(grp);  // 1 piece
 }
 
 template <DType T>
@@ -837,6 +864,7 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
     if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
     return launch_dp4a<T, 8>(grp, warps, stream);
   }
+  // More rows than one piece: every piece runs the 64-row kernel.
   if (n_rows <= 8) return launch<T, 1>(grp, warps, stream);
   if (n_rows <= 16) return launch<T, 2>(grp, warps, stream);
   if (n_rows <= 32) return launch<T, 4>(grp, warps, stream);
@@ -873,18 +901,18 @@ struct LaunchMma {
   }
 };
 
-// The 64-row piece starting at row r0 of p.
-MmaArgs piece_args(const MatmulParams& p, int64_t r0) {
+// p as the kernels take it (all rows: the grid's y index picks a 64-row piece).
+MmaArgs piece_args(const MatmulParams& p) {
   MmaArgs a;
   a.w = static_cast<const uint8_t*>(p.w);
   a.row_bytes = static_cast<int64_t>(row_bytes(p.type, p.n_in));
   a.n_out = static_cast<int>(p.n_out);
   a.n_in = static_cast<int>(p.n_in);
-  a.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
-  a.xq = p.xq.q + r0 * p.n_in;
-  a.meta = p.xq.meta + r0;
+  a.n_rows = static_cast<int>(p.n_rows);
+  a.xq = p.xq.q;
+  a.meta = p.xq.meta;
   a.meta_stride = p.xq.meta_stride;
-  a.y = p.y + r0 * p.n_out;
+  a.y = p.y;
   a.bias = p.bias;
   return a;
 }
@@ -928,12 +956,12 @@ void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cud
     SALVO_CHECK(q.xq.q != nullptr && q.xq.meta != nullptr && q.xq.meta_stride >= q.n_rows);
     SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.q == p.xq.q);
   }
-  for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
-    MmaGroup grp;
-    grp.n = n_parts;
-    for (int i = 0; i < n_parts; ++i) grp.m[i] = piece_args(parts[i], r0);
-    dispatch_weight_type(p.type, LaunchMma{grp, dp4a_rows, stream});
-  }
+  if (p.n_rows == 0) return;
+  SALVO_CHECK(p.n_rows <= int64_t{65535} * kMatmulMaxRows);  // the grid's y extent
+  MmaGroup grp;
+  grp.n = n_parts;
+  for (int i = 0; i < n_parts; ++i) grp.m[i] = piece_args(parts[i]);
+  dispatch_weight_type(p.type, LaunchMma{grp, dp4a_rows, stream});
 }
 
 }  // namespace salvo::cuda

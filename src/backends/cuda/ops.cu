@@ -41,12 +41,16 @@ __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, 
   const int64_t row = blockIdx.x;
   float* xr = x + row * dim;
   float* yr = out + row * dim;
-  float v[kMaxPerThread];
+  float v[kMaxPerThread], wv[kMaxPerThread];  // the weights load with x, not after the sum
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
     v[j] = 0.0f;
-    if (i < dim) v[j] = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
+    wv[j] = 0.0f;
+    if (i < dim) {
+      v[j] = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
+      wv[j] = w[i];
+    }
   }
   float ss = 0.0f;
 #pragma unroll
@@ -61,8 +65,8 @@ __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, 
     ss += t * t;
   }
   const float inv = rsqrtf(block_sum<kT>(ss) / static_cast<float>(dim) + eps);
-  auto emit = [&](int i, float xi) {
-    const float y = xi * inv * w[i];
+  auto emit = [&](int i, float xi, float wi) {
+    const float y = xi * inv * wi;
     yr[i] = y;
     if (q.q != nullptr) {
       quantize_block_warp(y, threadIdx.x % 32, q.q + row * dim + i - threadIdx.x % 32,
@@ -72,9 +76,9 @@ __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, 
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
-    if (i < dim) emit(i, v[j]);
+    if (i < dim) emit(i, v[j], wv[j]);
   }
-  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) emit(i, xr[i]);
+  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) emit(i, xr[i], w[i]);
 }
 
 // The norm kernel's width for a row of dim elements: about four elements a thread.
