@@ -110,7 +110,8 @@ def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: lis
                "--temperature", "0", "--seed", "1", "--max-tokens", str(max_tokens),
                "--threads", str(threads), "--ctx", "2048", "--device", device,
                *spec_flags(mode, drafter)]
-        if draft and mode in ("draft", "auto"):
+        # auto takes the draft model only where it exists (the GPU machine has none).
+        if draft and (mode == "draft" or (mode == "auto" and os.path.exists(draft))):
             cmd += ["--draft-model", draft]
         try:
             so, _, _ = run_child(cmd)

@@ -9,10 +9,19 @@
 # Carried by the first call: .gpu/pack (scripts/gpu_pack.sh) and, to train, .gpu/df (the DFlash
 # trainer, DEVELOPERS "Training a DFlash drafter"). Model pieces: .gpu/up/<dir>/{q,s,g}pieceNN
 # (60 MB each; qwen2.5-coder-1.5b, smollm2-135m, gemma3-270m). TRAIN=1 trains the Qwen drafter
-# (on GPU 1 of a two-GPU machine, else once the benchmarks are done).
+# (on GPU 1 of a two-GPU machine, else once the benchmarks are done), then runs bench_spec.py with
+# it on that GPU; once the status line shows "drafter pieces: 2", fetch it with
+# `bash scripts/gpu_window.sh drafter` BEFORE the window may end (sessions 5 and 6 lost theirs).
+# Every call returns its logs as one logs.tgz (a call returns at most 8 files).
 export PYTHONPATH=/root/site
 W=/root/g
 mkdir -p $W /root/w /root/m/q /root/m/s /root/m/g
+# At most 8 files come back from a call: the logs travel as one logs.tgz, and the trained drafter
+# (config, log, reference, model pieces) in a call of its own: bash scripts/gpu_window.sh drafter
+if [ "${1:-}" = drafter ]; then
+  cp /root/df/out/q_* $OUT/ && ls -la $OUT
+  exit
+fi
 if [ "${1:-}" = spec ]; then
   python3 bench/bench_spec.py --model /root/w/qwen2.5-coder-1.5b.gguf --prompts /root/pack/prompts.jsonl \
     --salvo $W/build/salvo --device cuda --drafter "$2" --skip-llama \
@@ -42,13 +51,38 @@ if [ -d .gpu/pack ] && [ ! -f /root/window.started ]; then
   setsid nohup bash -c "nice -n 10 /root/src/scripts/gpu_llamacpp.sh build /root/pack/llamacpp.tar.gz $W > $W/llama_build_out.log 2>&1; echo \$? > $W/llama.done" >/dev/null 2>&1 &
 fi
 ngpu=$(nvidia-smi -L | wc -l)
-if [ "${TRAIN:-0}" = 1 ] && [ -f .gpu/df/dev.sh ] && { [ "$ngpu" -ge 2 ] || [ -f $W/bench.done ]; }; then
+# The trainer travels once (a piece and .gpu/df together come close to the 64 MiB a call carries).
+[ -f .gpu/df/dev.sh ] && rm -rf /root/df/.gpu && mkdir -p /root/df/.gpu && cp -r .gpu/df /root/df/.gpu/
+if [ "${TRAIN:-0}" = 1 ] && [ -f /root/df/.gpu/df/dev.sh ] && { [ "$ngpu" -ge 2 ] || [ -f $W/bench.done ]; }; then
   [ "$ngpu" -ge 2 ] && export CUDA_VISIBLE_DEVICES=1
-  QPIECES=19 SPIECES=99 bash .gpu/df/dev.sh >$W/dev.out 2>&1
+  mkdir -p /root/df/out
+  (cd /root/df && OUT=/root/df/out QPIECES=19 SPIECES=99 bash .gpu/df/dev.sh >$W/dev.out 2>&1)
   unset CUDA_VISIBLE_DEVICES
-  cp $W/dev.out $OUT/
+  # The fresh drafter's tau and tok/s per category, on the GPU that trained it, from where it was
+  # written (no round trip through this checkout).
+  D=/root/w/out_qwen2.5-coder-1.5b
+  if [ -f /root/w/qwen2.5-coder-1.5b.done ] && [ -f $D/model.safetensors ] && [ -x $W/build/salvo ] &&
+    [ ! -f $W/spec.started ]; then
+    touch $W/spec.started
+    [ "$ngpu" -ge 2 ] && gpu=1 || gpu=0
+    mkdir -p /root/w/dr && ln -sfn $D /root/w/dr/qwen2.5-coder-1.5b  # for --spec auto
+    setsid nohup bash -c "CUDA_VISIBLE_DEVICES=$gpu SALVO_DRAFTERS=/root/w/dr python3 /root/src/bench/bench_spec.py --model /root/w/qwen2.5-coder-1.5b.gguf \
+      --prompts /root/pack/prompts.jsonl --salvo $W/build/salvo --device cuda --drafter $D --skip-llama \
+      --modes none auto ngram --dflash-sweep --limit 2 --max-tokens 192 --threads 4 --json-out $W/spec.json > $W/spec.log 2>&1; \
+      echo \$? > $W/spec.done" >/dev/null 2>&1 &
+  fi
+fi
+# Where a decode step's time goes, per kernel (real Qwen2.5-Coder-1.5B), once the job is done.
+if grep -q "prefill profile rc" $W/job.log 2>/dev/null && [ ! -f $W/prof.started ] && [ -f /root/w/qwen2.5-coder-1.5b.gguf.ok ]; then
+  touch $W/prof.started
+  setsid nohup bash -c "CUDA_VISIBLE_DEVICES=0 SALVO_CUDA_GRAPHS=0 timeout 300 /usr/local/cuda/bin/ncu --print-summary per-kernel \
+    --metrics gpu__time_duration.sum $W/build/salvo bench --device cuda --model /root/w/qwen2.5-coder-1.5b.gguf \
+    -p 0 -n 4 -r 1 > $W/decode_profile.log 2>&1" >/dev/null 2>&1 &
 fi
 [[ ${1:-0} =~ ^[0-9]+$ ]] && sleep "${1:-0}"
-echo "gpus $ngpu | job: $(tail -n 1 $W/job.log 2>/dev/null) | llama.cpp build: $(cat $W/llama.done 2>/dev/null || echo running) | models: $(ls /root/w | grep -c '\.ok$')"
-for f in job.log matmul_bench.log tests.log ctest.log bench.log real_model.log; do [ -f $W/$f ] && cp $W/$f $OUT/; done
+echo "drafter pieces: $(ls /root/df/out 2>/dev/null | grep -c q_model) | spec: $(cat $W/spec.done 2>/dev/null || echo no) | train: $(cat /root/w/qwen2.5-coder-1.5b.done 2>/dev/null || echo no) | gpus $ngpu | job: $(tail -n 1 $W/job.log 2>/dev/null) | llama.cpp build: $(cat $W/llama.done 2>/dev/null || echo running) | models: $(ls /root/w | grep -c '\.ok$')"
+logs=()
+for f in job.log matmul_bench.log tests.log ctest.log bench.log real_model.log prefill_profile.log \
+  decode_profile.log dev.out spec.log spec.json; do [ -f $W/$f ] && logs+=("$f"); done
+[ ${#logs[@]} -gt 0 ] && tar czf $OUT/logs.tgz -C $W "${logs[@]}"
 exit 0

@@ -23,3 +23,11 @@ done
 (cd $W/build/tests && SALVO_CUDA_TEST_MODELS=$models SALVO_CUDA_TEST_DRAFTERS=$W/drafters \
   timeout 300 ./cuda_model_test 2>&1 | grep -E "NMSE|OK \]|FAILED|Failure") >$W/real_model.log
 echo "real models done $(date +%T)"
+# Where a prefill's time goes, per kernel (the 512-token prefill of the Qwen2.5-1.5B shape).
+m=$W/models/qwen2.5-1.5b-q4_k_m.gguf
+if [ -f $m ] && [ -x /usr/local/cuda/bin/ncu ]; then
+  SALVO_CUDA_GRAPHS=0 timeout 400 /usr/local/cuda/bin/ncu --print-summary per-kernel \
+    --metrics gpu__time_duration.sum --cache-control none --clock-control none \
+    $W/build/salvo bench --device cuda --model $m -p 512 -n 0 -r 1 >$W/prefill_profile.log 2>&1
+  echo "prefill profile rc $? $(date +%T)"
+fi
