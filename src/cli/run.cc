@@ -125,8 +125,10 @@ void run(const RunOptions& o) {
                     .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
                     .placement = placement_for(o.device),
                     .drafter_dir = o.drafter,
-                    // Only the modes that draft with it look for one.
-                    .find_drafter = spec.mode == SpecMode::kAuto || spec.mode == SpecMode::kDflash,
+                    // Only the modes that draft with it look for one; auto with an explicit
+                    // --draft-model drafts with that model (drafters/<model>/ is not looked up).
+                    .find_drafter = spec.mode == SpecMode::kDflash ||
+                                    (spec.mode == SpecMode::kAuto && o.draft_model.empty()),
                     .drafter_placement = drafter_placement_for(o.device)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;
@@ -227,9 +229,9 @@ void add_run_command(CLI::App& app) {
   // The testing drafters (random, wrong, deep) are accepted but not advertised.
   cmd->add_option(
          "--spec", o->spec,
-         "speculative decoding: auto (drafts sized to what measurably pays, with the DFlash "
-         "drafter if one exists, else the draft model if given, else n-gram lookup), dflash, "
-         "draft, ngram, none")
+         "speculative decoding: auto (drafts sized to what measurably pays, with --drafter, "
+         "else --draft-model, else the DFlash drafter found for the model, else n-gram lookup), "
+         "dflash, draft, ngram, none")
       ->capture_default_str();
   cmd->add_option("--draft-model", o->draft_model,
                   "smaller model with the same vocabulary that drafts for --model (name or GGUF "

@@ -86,7 +86,8 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--model", o->model, "model name (e.g. smollm2-135m) or GGUF path")->required();
   cmd->add_option("--draft-model", o->draft_model, "smaller model with the same vocabulary");
   cmd->add_option("--drafter", o->server.drafter_dir,
-                  "DFlash drafter directory (default: drafters/<model>/ when one exists)");
+                  "DFlash drafter directory (default: drafters/<model>/ when one exists and "
+                  "no --draft-model is given)");
   add_device_option(cmd, o->device);
   cmd->add_option("--host", s.host, "address to listen on")->capture_default_str();
   cmd->add_option("--port", s.port, "port (0 = any free port, printed at start)")

@@ -455,7 +455,8 @@ void HttpServer::Impl::load() {
                                         .draft_model_path = options.draft_model_path,
                                         .placement = options.placement,
                                         .drafter_dir = options.drafter_dir,
-                                        .find_drafter = true,
+                                        // An explicit --draft-model serves auto.
+                                        .find_drafter = options.draft_model_path.empty(),
                                         .drafter_placement = options.drafter_placement});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();

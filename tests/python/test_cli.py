@@ -48,6 +48,21 @@ def test_run_json_has_text_tokens_and_figures():
     assert out["peak_rss_mb"] > 0
 
 
+def test_auto_drafts_with_what_is_named_before_what_is_found():
+    # smollm2-135m has a DFlash drafter in drafters/; a named --draft-model (the model itself:
+    # same vocabulary) takes its place under --spec auto, and --drafter takes precedence again.
+    path = model_path_or_skip("smollm2-135m")
+    base = ("run", "--model", path, "-m", "Count to five:", "--raw", "--max-tokens", "8",
+            "--temperature", "0", "--json")
+    found = json.loads(salvo(*base).stdout)
+    assert found["drafter"].endswith("smollm2-135m") and found["draft_model"] == "", found
+    named = json.loads(salvo(*base, "--draft-model", path).stdout)
+    assert named["drafter"] == "" and named["draft_model"] != "", named
+    both = json.loads(salvo(*base, "--draft-model", path, "--drafter", found["drafter"]).stdout)
+    assert both["drafter"] == found["drafter"], both
+    assert found["tokens"] == named["tokens"] == both["tokens"]
+
+
 def test_same_seed_same_text_at_temperature():
     path = model_path_or_skip("smollm2-135m")
     args = ("run", "--model", path, "-m", "Once upon a time", "--raw", "--max-tokens", "24",
