@@ -76,6 +76,8 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
   const __m256i m4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < n_in / kQKK; ++b) {
     const PackedQ4K& blk = p[b];
+    // scale x sub-block sum, added exactly in int32 over the super-block (at most 8 * 63 * 32 *
+    // 15 * 127 < 2^25) and converted once: no int-to-float step and dependent FMA per sub-block.
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
@@ -130,6 +132,7 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
   const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
   for (int64_t b = 0; b < n_in / kQKK; ++b) {
     const PackedQ6K& blk = p[b];
+    // As in q4k: int32 over the super-block (at most 16 * 128 * 16 * 32 * 127 < 2^27).
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int j = 0; j < 16; ++j) {
