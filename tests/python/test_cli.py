@@ -61,6 +61,13 @@ def test_auto_drafts_with_what_is_named_before_what_is_found():
     both = json.loads(salvo(*base, "--draft-model", path, "--drafter", found["drafter"]).stdout)
     assert both["drafter"] == found["drafter"], both
     assert found["tokens"] == named["tokens"] == both["tokens"]
+    # The statistics line names what drafted (auto may also have drafted nothing at all).
+    proc = salvo(*base[:-1], "--draft-model", path)
+    assert proc.returncode == 0, proc.stderr
+    spec_lines = [l for l in proc.stderr.splitlines() if "speculation" in l]
+    assert all("(draft model " in l for l in spec_lines), proc.stderr
+    proc = salvo(*base[:-1], "--spec", "ngram")
+    assert "speculation (n-gram lookup)" in proc.stderr, proc.stderr
 
 
 def test_same_seed_same_text_at_temperature():
