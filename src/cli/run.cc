@@ -44,19 +44,7 @@ struct RunOptions {
   std::string prompts_file;
 };
 
-// What drafted in `mode`, in make_drafter's order, for the statistics line.
-std::string drafter_label(SpecMode mode, Engine& e) {
-  const bool dflash =
-      e.dflash() != nullptr && (mode == SpecMode::kDflash || mode == SpecMode::kAuto);
-  if (dflash) return "DFlash drafter " + e.dflash()->dir();
-  if (e.draft_model() != nullptr && (mode == SpecMode::kDraft || mode == SpecMode::kAuto)) {
-    return "draft model " + e.draft_model()->config().name;
-  }
-  return mode == SpecMode::kNgram || mode == SpecMode::kAuto ? "n-gram lookup"
-                                                             : spec_mode_name(mode);
-}
-
-void print_stats(const GenerationStats& s, const Engine& engine, const std::string& drafter) {
+void print_stats(const GenerationStats& s, const Engine& engine) {
   std::fprintf(stderr,
                "\n\n[salvo] prompt %d tokens (%d cached), generated %d tokens (%s)\n"
                "[salvo] time to first token %.1f ms | prefill %.1f tok/s | decode %.1f tok/s\n"
@@ -74,7 +62,7 @@ void print_stats(const GenerationStats& s, const Engine& engine, const std::stri
     std::fprintf(stderr,
                  "[salvo] speculation (%s): %d of %d drafted tokens accepted | per depth %s | "
                  "drafting %.1f%% of decode time\n",
-                 drafter.c_str(), s.accepted_draft_tokens, s.drafted_nodes, per_depth.c_str(),
+                 s.drafter.c_str(), s.accepted_draft_tokens, s.drafted_nodes, per_depth.c_str(),
                  100.0 * s.draft_share());
   }
 }
@@ -207,7 +195,7 @@ void run(const RunOptions& o) {
       std::printf("%s\n",
                   out.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     } else {
-      print_stats(s, e, drafter_label(spec.mode, e));
+      print_stats(s, e);
     }
   }
 }

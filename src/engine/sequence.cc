@@ -109,6 +109,7 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
   decoder_.emplace(tokenizer_, /*render_special=*/false);
   stops_.emplace(request.stop);
   result_ = GenerationResult();
+  if (drafter_) result_.stats.drafter = drafter_->name();
   cancelled_ = false;
   tree_.clear();
 

@@ -61,6 +61,7 @@ struct GenerationStats {
   int accepted_draft_tokens = 0;  // of those, tokens on accepted paths
   std::vector<int> tested_per_depth, accepted_per_depth;
   double draft_ms = 0;  // time spent in the drafter (part of decode_ms)
+  std::string drafter;  // what drafted (Drafter::name); empty for plain decoding
 
   double prefill_tokens_per_second() const;
   double decode_tokens_per_second() const;

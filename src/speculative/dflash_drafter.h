@@ -26,6 +26,7 @@ class DflashDrafter : public Drafter {
                 SpecTree tree);
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
+  std::string name() const override { return "DFlash drafter " + model_.dir(); }
   std::span<const int32_t> hidden_layers() const override { return model_.config().target_layers; }
   void observe(int32_t first, int32_t n, const float* features) override;
   int32_t observed() const override { return runner_->n_positions() + pending_rows(); }

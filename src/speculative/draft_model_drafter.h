@@ -46,6 +46,7 @@ class DraftModelDrafter : public Drafter {
                     const DraftModelOptions& options = {});
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
+  std::string name() const override { return "draft model " + model_.config().name; }
   // Prefills the draft cache with the prompt (one batch per prefill_chunk).
   void prepare(std::span<const int32_t> prompt) override;
 

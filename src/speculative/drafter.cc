@@ -50,6 +50,7 @@ class RandomDrafter : public Drafter {
  public:
   RandomDrafter(int32_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), seed_(seed) {}
 
+  std::string name() const override { return "random drafts (testing)"; }
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
     DraftTree tree;
     if (context.empty() || budget <= 0 || max_depth <= 0) return tree;
@@ -94,6 +95,7 @@ class WrongDrafter : public Drafter {
  public:
   WrongDrafter(int32_t n_vocab, uint64_t seed) : n_vocab_(n_vocab), seed_(seed) {}
 
+  std::string name() const override { return "wrong drafts (testing)"; }
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
     DraftTree tree;
     if (budget <= 0 || max_depth <= 0) return tree;
@@ -117,6 +119,7 @@ class WrongDrafter : public Drafter {
 
 class DeepDrafter : public Drafter {
  public:
+  std::string name() const override { return "deep drafts (testing)"; }
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override {
     DraftTree tree;
     if (context.empty()) return tree;

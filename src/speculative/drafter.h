@@ -71,6 +71,8 @@ class Drafter {
   // `budget` nodes, none deeper than `max_depth`. Consecutive calls usually see the previous
   // context extended, which lets drafters update their state incrementally.
   virtual DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) = 0;
+  // What drafts, for statistics ("draft model Qwen2.5 ...", "n-gram lookup").
+  virtual std::string name() const = 0;
 
   // Drafters conditioned on the target's hidden states (DFlash): the target blocks whose
   // outputs they read. The Sequence then asks every pass for them and calls observe() with

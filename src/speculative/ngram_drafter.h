@@ -47,6 +47,7 @@ class NgramDrafter : public Drafter {
   explicit NgramDrafter(const NgramOptions& options = {});
 
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
+  std::string name() const override { return "n-gram lookup"; }
 
   // Length of the longest suffix of the indexed sequence (at least min_n, at most max_match)
   // that occurred earlier with a continuation; 0 if none.

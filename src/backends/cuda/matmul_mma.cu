@@ -864,11 +864,10 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
     if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
     return launch_dp4a<T, 8>(grp, warps, stream);
   }
-  // More rows than one piece: every piece runs the 64-row kernel.
   if (n_rows <= 8) return launch<T, 1>(grp, warps, stream);
   if (n_rows <= 16) return launch<T, 2>(grp, warps, stream);
   if (n_rows <= 32) return launch<T, 4>(grp, warps, stream);
-  return launch<T, 8>(grp, warps, stream);
+  return launch<T, 8>(grp, warps, stream);  // more than 64 rows: every 64-row piece too
 }
 
 // ---- activation quantization ----------------------------------------------------------------
