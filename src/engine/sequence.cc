@@ -156,6 +156,7 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   tree_.clear();
   pass_draft_ms_ = 0;
   const DraftSize size = drafter_ ? policy_.next(budget, depth) : DraftSize{};
+  pass_chain_ = SpecPolicy::is_chain(size);
   if (size.drafting()) {
     const auto draft_start = Clock::now();
     tree_ = drafter_->propose(history_, size.budget, size.depth);
@@ -274,7 +275,8 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
                   .accepted = n_accepted,
                   .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
                   .tokens_emitted = n_accepted + 1,
-                  .context = pass_context_});
+                  .context = pass_context_,
+                  .chain = pass_chain_});
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();
   }

@@ -183,8 +183,9 @@ class Sequence {
   DraftTree tree_;        // the draft of the pass in flight
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
-  int pass_first_row_ = 0;  // this sequence's first row in the pass's batch
-  int pass_context_ = 0;    // committed tokens when the pass was set up
+  int pass_first_row_ = 0;   // this sequence's first row in the pass's batch
+  int pass_context_ = 0;     // committed tokens when the pass was set up
+  bool pass_chain_ = false;  // the policy asked for a chain (SpecPolicy::is_chain)
   bool cancelled_ = false;
 };
 

@@ -35,29 +35,40 @@ double SpecPolicy::pass_ms(int rows) const {
   return t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
 }
 
-double SpecPolicy::acceptance(int depth) const {
+double SpecPolicy::acceptance(int depth, bool chain) const {
   // Each depth's prior is the estimate of the depth above it: a depth not tried lately is
-  // assumed as good as the last one measured, so deeper trees get explored.
-  double rate = kPriorAcceptance;
+  // assumed as good as the last one measured, so deeper trees get explored. A shape's own
+  // counts then sit on the pooled estimate of both shapes, moved halfway to 1 while the shape
+  // is untried (lately): otherwise the pooled figure, made by the other shape, would keep it
+  // from ever being tried.
+  const bool untried = tested_[chain].empty() || tested_[chain][0] < kUntriedCount;
+  double pooled = kPriorAcceptance, own = kPriorAcceptance;
   for (int d = 1; d <= depth; ++d) {
-    const bool measured = d <= static_cast<int>(tested_.size());
-    const double tested = measured ? tested_[d - 1] : 0;
-    const double accepted = measured ? accepted_[d - 1] : 0;
-    rate = (accepted + kPriorWeight * rate) / (tested + kPriorWeight);
+    double tested[2] = {0, 0}, accepted[2] = {0, 0};
+    for (int s = 0; s < 2; ++s) {
+      if (d <= static_cast<int>(tested_[s].size())) {
+        tested[s] = tested_[s][d - 1];
+        accepted[s] = accepted_[s][d - 1];
+      }
+    }
+    pooled = (accepted[0] + accepted[1] + kPriorWeight * pooled) /
+             (tested[0] + tested[1] + kPriorWeight);
+    const double prior = untried ? pooled + kExplore * (1 - pooled) : pooled;
+    own = (accepted[chain] + kPriorWeight * prior) / (tested[chain] + kPriorWeight);
   }
-  return rate;
+  return own;
 }
 
-double SpecPolicy::expected_tokens(int depth) const {
+double SpecPolicy::expected_tokens(int depth, bool chain) const {
   double tokens = 1, reach = 1;
   for (int d = 1; d <= depth; ++d) {
-    reach *= acceptance(d);
+    reach *= acceptance(d, chain);
     tokens += reach;
   }
   return tokens;
 }
 
-DraftSize SpecPolicy::size_for_depth(int depth, int max_budget, int max_depth) const {
+DraftSize SpecPolicy::tree_for_depth(int depth, int max_budget, int max_depth) const {
   // Trees keep the user's proportion of nodes to depth (the default 16/8: two per level).
   const int budget = static_cast<int>(
       std::lround(static_cast<double>(depth) * max_budget / std::max(1, max_depth)));
@@ -69,25 +80,27 @@ double SpecPolicy::expected_rate(DraftSize size) const {
     const double t = pass_ms(1);
     return t > 0 ? 1 / t : 0;
   }
-  const double nodes = nodes_per_level_ > 0
-                           ? std::min<double>(size.budget, nodes_per_level_ * size.depth)
-                           : size.budget;
+  const double per_level = nodes_per_level_[is_chain(size)];
+  const double nodes =
+      per_level > 0 ? std::min<double>(size.budget, per_level * size.depth) : size.budget;
   const double t =
       pass_ms(1 + static_cast<int>(std::ceil(nodes))) + draft_ms_per_level_ * size.depth;
-  return t > 0 ? expected_tokens(size.depth) / t : 0;
+  return t > 0 ? expected_tokens(size.depth, is_chain(size)) / t : 0;
 }
 
-DraftSize SpecPolicy::best_size(int max_budget, int max_depth) const {
-  const int deepest = std::min(max_budget, max_depth);
-  DraftSize best = size_for_depth(deepest, max_budget, max_depth);
+DraftSize SpecPolicy::best_size(int max_budget, int max_depth, int depth_limit) const {
+  const int deepest = std::min({max_budget, max_depth, depth_limit > 0 ? depth_limit : max_depth});
+  DraftSize best = tree_for_depth(deepest, max_budget, max_depth);
   if (pass_ms(1) == 0) return best;  // nothing measured: the caps
   double best_rate = 0;
   for (int depth = 1; depth <= deepest; ++depth) {
-    const DraftSize size = size_for_depth(depth, max_budget, max_depth);
-    const double rate = expected_rate(size);
-    if (rate > best_rate) {
-      best_rate = rate;
-      best = size;
+    const DraftSize tree = tree_for_depth(depth, max_budget, max_depth);
+    for (const DraftSize size : {tree, DraftSize{depth, depth}}) {
+      const double rate = expected_rate(size);
+      if (rate > best_rate) {
+        best_rate = rate;
+        best = size;
+      }
     }
   }
   return best;
@@ -124,7 +137,7 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   // A probe, or the first drafted passes (nothing measured yet), stays shallow: whether drafting
   // pays shows at the first depths, and deeper trees follow once it does.
   const bool probing = !drafting_ || drafted_rate_ == 0;
-  return best_size(max_budget, probing ? std::min(max_depth, kProbeDepth) : max_depth);
+  return best_size(max_budget, max_depth, probing ? kProbeDepth : max_depth);
 }
 
 void SpecPolicy::add_catch_up(double ms, int missed) {
@@ -155,17 +168,23 @@ void SpecPolicy::record(const PassRecord& pass) {
       pass.context >= drafted_context_ ? pass.context - drafted_context_ : pass.context;
   drafted_context_ = pass.context;
 
-  if (static_cast<int>(tested_.size()) < pass.tested) {
-    tested_.resize(pass.tested, 0);
-    accepted_.resize(pass.tested, 0);
+  // Both shapes forget with every drafted pass, so one not tried lately drifts to the pooled
+  // estimate and gets tried again.
+  for (int s = 0; s < 2; ++s) {
+    for (size_t d = 0; d < tested_[s].size(); ++d) {
+      tested_[s][d] *= kForget;
+      accepted_[s][d] *= kForget;
+    }
   }
-  for (size_t d = 0; d < tested_.size(); ++d) {
-    tested_[d] *= kForget;
-    accepted_[d] *= kForget;
+  std::vector<double>& tested = tested_[pass.chain];
+  std::vector<double>& accepted = accepted_[pass.chain];
+  if (static_cast<int>(tested.size()) < pass.tested) {
+    tested.resize(pass.tested, 0);
+    accepted.resize(pass.tested, 0);
   }
   for (int d = 0; d < pass.tested; ++d) {
-    tested_[d] += 1;
-    if (d < pass.accepted) accepted_[d] += 1;
+    tested[d] += 1;
+    if (d < pass.accepted) accepted[d] += 1;
   }
   // The first drafted pass after plain ones includes the drafter catching up with every token
   // it missed (a draft model's cache runs them all), which later passes do not pay: its draft
@@ -189,8 +208,8 @@ void SpecPolicy::record(const PassRecord& pass) {
       add_catch_up(first_draft_ms_ - draft_ms_per_level_ * first_depth_, first_missed_);
   }
   if (pass.tree_depth > 0) {
-    nodes_per_level_ =
-        ema(nodes_per_level_, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
+    double& per_level = nodes_per_level_[pass.chain];
+    per_level = ema(per_level, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
   }
   // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
   // predicts that from the tokens missed), decides how long the next probe waits.

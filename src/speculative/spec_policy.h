@@ -7,13 +7,17 @@
 //   - the drafter's time per tree level (in steady state: the first drafted pass after plain
 //     ones, where a draft model catches up with the tokens it missed, does not count);
 //   - the acceptance rate at each depth (accepted / tested, with slow forgetting and a weak
-//     prior so that depths not tried lately get tried again);
+//     prior so that depths not tried lately get tried again), for chains and for trees apart;
 //   - the nodes a drafter actually proposes per level (an n-gram drafter often proposes fewer
 //     than it may).
-// From these it picks the depth (and a budget in the user's budget/depth proportion) that
-// maximises expected tokens per millisecond within the user's caps, and falls back to plain
-// decoding while measured drafted passes lose to plain ones, probing again now and then (with
-// growing intervals) in case the text became predictable.
+// From these it picks the depth and the shape, a chain (one node per level) or a tree in the
+// user's budget/depth proportion, that maximise expected tokens per millisecond within the
+// user's caps. A tree accepts more per depth, a chain costs fewer rows: where a row is nearly
+// free (a GPU) trees win, where each row adds a quarter of a pass (a CPU past a few rows)
+// chains do. Each shape's acceptance is its own counts over the pooled counts of both as the
+// prior, made optimistic while the shape is untried, so a shape not tried lately gets tried. It
+// falls back to plain decoding while measured drafted passes lose to plain ones, probing again now
+// and then (with growing intervals) in case the text became predictable.
 //
 // Probes are not free: a drafted pass that loses costs more than the plain pass it replaces, and
 // the first one after plain passes also pays the drafter's catch-up (a draft model runs every
@@ -44,6 +48,7 @@ struct PassRecord {
   int tested = 0;          // depths tested: accepted, plus one if a draft was rejected below it
   int tokens_emitted = 1;  // accepted + the bonus token
   int context = 0;         // committed tokens of the sequence before the pass
+  bool chain = false;      // the size asked for was a chain (budget == depth)
 };
 
 class SpecPolicy {
@@ -56,11 +61,15 @@ class SpecPolicy {
   void record(const PassRecord& pass);
 
   // The model behind next(), exposed for tests and statistics.
-  double pass_ms(int rows) const;           // estimated time of a pass of `rows` rows (0: unknown)
-  double acceptance(int depth) const;       // estimated P(accept at depth | reached depth - 1)
-  double expected_tokens(int depth) const;  // per pass, bonus token included
-  double expected_rate(DraftSize size) const;  // tokens per ms; size 0 = plain
-  DraftSize best_size(int max_budget, int max_depth) const;
+  double pass_ms(int rows) const;  // estimated time of a pass of `rows` rows (0: unknown)
+  // Estimated P(accept at depth | reached depth - 1) for trees, or for chains.
+  double acceptance(int depth, bool chain = false) const;
+  double expected_tokens(int depth, bool chain = false) const;  // per pass, bonus included
+  double expected_rate(DraftSize size) const;                   // tokens per ms; size 0 = plain
+  // The best size within the caps, no deeper than depth_limit (default: max_depth); trees keep
+  // the caps' proportion of nodes to depth.
+  DraftSize best_size(int max_budget, int max_depth, int depth_limit = 0) const;
+  static bool is_chain(DraftSize size) { return size.budget <= size.depth; }
 
   bool drafting() const { return drafting_; }
   double plain_ms() const { return pass_ms(1); }
@@ -71,6 +80,10 @@ class SpecPolicy {
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
+  // A shape whose decayed depth-1 count is below this (one pass ~34 drafted passes ago) is
+  // untried and has its prior moved kExplore of the way to 1.
+  static constexpr double kUntriedCount = 0.5;
+  static constexpr double kExplore = 0.5;
   // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
   static constexpr double kPriorRowCost = 0.08;
   static constexpr double kMargin = 1.05;       // drafting must win by 5% to be kept
@@ -84,17 +97,17 @@ class SpecPolicy {
   // drafter on a CPU runs the LM head once per level), so a failed probe stays cheap.
   static constexpr int kProbeDepth = 3;
 
-  DraftSize size_for_depth(int depth, int max_budget, int max_depth) const;
+  DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
   // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.
   void add_catch_up(double ms, int missed);
 
   bool adaptive_;
-  std::vector<double> pass_ms_by_rows_;    // [rows] EMA; 0 = not measured
-  std::vector<double> tested_, accepted_;  // [depth - 1] decayed counts
+  std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
+  std::vector<double> tested_[2], accepted_[2];  // [chain][depth - 1] decayed counts
   double draft_ms_per_level_ = 0;
-  double nodes_per_level_ = 0;  // 0 = not measured
-  double drafted_rate_ = 0;     // EMA of tokens per ms of drafted passes
-  bool previous_plain_ = true;  // the last recorded pass had one row
+  double nodes_per_level_[2] = {0, 0};  // [chain]; 0 = not measured
+  double drafted_rate_ = 0;             // EMA of tokens per ms of drafted passes
+  bool previous_plain_ = true;          // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
   int drafted_since_plain_ = 0;

@@ -4,6 +4,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 namespace salvo {
 namespace {
 
@@ -13,25 +15,32 @@ double pass_cost(int rows, double base, double per_row) {
 }
 
 // Feeds `passes` plain passes, then drafted passes of the size the policy asks for, where each
-// depth is accepted with probability `accept` (deterministically: accepted while the running
-// product stays above a threshold that cycles), the drafter costs `draft_per_level` ms per level
-// and proposes `width` nodes per level.
-void simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, double base,
-              double per_row, double draft_per_level, double width = 2, int passes = 200) {
-  int cycle = 0;
+// depth of a tree is accepted with probability `accept` and each depth of a chain with
+// `chain_accept` (default: accept - 0.1; deterministically: accepted while the running product
+// stays above a threshold that cycles), the drafter costs `draft_per_level` ms per level and
+// proposes `width` nodes per level. Returns the chains' share of the drafted passes.
+double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, double base,
+                double per_row, double draft_per_level, double width = 2, int passes = 200,
+                double chain_accept = -1) {
+  if (chain_accept < 0) chain_accept = std::max(0.0, accept - 0.1);
+  int cycle = 0, drafted = 0, chains = 0;
   for (int i = 0; i < passes; ++i) {
     const DraftSize size = policy.next(max_budget, max_depth);
     if (!size.drafting()) {
       policy.record({.rows = 1, .pass_ms = pass_cost(1, base, per_row)});
       continue;
     }
+    const bool chain = SpecPolicy::is_chain(size);
+    ++drafted;
+    chains += chain;
+    const double p = chain ? chain_accept : accept;
     const int nodes = std::min(size.budget, static_cast<int>(width * size.depth));
     // Quantile draw without randomness: u runs over (0, 1) in a fixed cycle.
     const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
     int accepted = 0;
     double reach = 1;
-    while (accepted < size.depth && reach * accept > u) {
-      reach *= accept;
+    while (accepted < size.depth && reach * p > u) {
+      reach *= p;
       ++accepted;
     }
     const int rows = 1 + nodes;
@@ -41,8 +50,10 @@ void simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, 
                    .tree_depth = size.depth,
                    .accepted = accepted,
                    .tested = std::min(size.depth, accepted + 1),
-                   .tokens_emitted = accepted + 1});
+                   .tokens_emitted = accepted + 1,
+                   .chain = chain});
   }
+  return drafted > 0 ? static_cast<double>(chains) / drafted : 0;
 }
 
 TEST(SpecPolicyTest, FirstPassIsPlainThenDrafts) {
@@ -116,6 +127,45 @@ TEST(SpecPolicyTest, ExpensiveDrafterStillPaysWhenItIsNearlyAlwaysRight) {
   simulate(policy, 16, 8, /*accept=*/0.97, /*base=*/10, /*per_row=*/0.03, /*draft=*/3);
   EXPECT_TRUE(policy.drafting());
   EXPECT_GE(policy.next(16, 8).depth, 4);
+}
+
+// Rows that each add a quarter of a pass (a CPU past a few rows): a chain beats the wider tree
+// even though the tree accepts more per depth, and drafting still pays.
+TEST(SpecPolicyTest, CostlyRowsDraftChains) {
+  SpecPolicy policy;
+  const double chains = simulate(policy, 16, 8, /*accept=*/0.8, /*base=*/10, /*per_row=*/0.28,
+                                 /*draft=*/0.2, /*width=*/2, /*passes=*/300,
+                                 /*chain_accept=*/0.7);
+  EXPECT_TRUE(policy.drafting());
+  const DraftSize size = policy.best_size(16, 8);
+  EXPECT_TRUE(SpecPolicy::is_chain(size));
+  EXPECT_GE(size.depth, 2);
+  EXPECT_GT(chains, 0.8);
+  EXPECT_GT(policy.expected_rate(size), 1.2 * policy.expected_rate({}));
+}
+
+// Nearly free rows (a GPU): the tree's extra acceptance costs nothing, so trees are drafted.
+TEST(SpecPolicyTest, CheapRowsDraftTrees) {
+  SpecPolicy policy;
+  const double chains = simulate(policy, 16, 8, /*accept=*/0.85, /*base=*/10, /*per_row=*/0.01,
+                                 /*draft=*/0.2, /*width=*/2, /*passes=*/300,
+                                 /*chain_accept=*/0.7);
+  EXPECT_TRUE(policy.drafting());
+  // Mostly trees; a chain now and then, when the chain has been untried long enough to look
+  // promising again.
+  EXPECT_LT(chains, 0.2);
+  EXPECT_GT(policy.acceptance(1, /*chain=*/false), 0.8);
+}
+
+// A probe's tree is shallow and keeps the caps' proportion of nodes to depth (not the caps'
+// budget spread over the probe's few levels).
+TEST(SpecPolicyTest, ProbesKeepTheCapsProportion) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 10});
+  const DraftSize size = policy.next(16, 8);
+  EXPECT_TRUE(size.drafting());
+  EXPECT_LE(size.depth, 3);
+  EXPECT_LE(size.budget, 2 * size.depth);
 }
 
 TEST(SpecPolicyTest, RespectsTheCaps) {
@@ -214,7 +264,8 @@ double time_against_plain(const std::vector<Phase>& phases, double draft_per_lev
                           .accepted = accepted,
                           .tested = std::min(size.depth, accepted + 1),
                           .tokens_emitted = accepted + 1,
-                          .context = prompt + generated};
+                          .context = prompt + generated,
+                          .chain = SpecPolicy::is_chain(size)};
     policy.record(pass);
     total_ms += pass.pass_ms + pass.draft_ms;
     generated += pass.tokens_emitted;
