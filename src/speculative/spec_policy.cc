@@ -35,14 +35,15 @@ double SpecPolicy::pass_ms(int rows) const {
   return t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
 }
 
-double SpecPolicy::acceptance(int depth, bool chain) const {
+std::vector<double> SpecPolicy::acceptance_curve(int depth, bool chain) const {
   // Each depth's prior is the estimate of the depth above it: a depth not tried lately is
   // assumed as good as the last one measured, so deeper trees get explored. A shape's own
   // counts then sit on the pooled estimate of both shapes, moved halfway to 1 while the shape
   // is untried (lately): otherwise the pooled figure, made by the other shape, would keep it
   // from ever being tried.
   const bool untried = tested_[chain].empty() || tested_[chain][0] < kUntriedCount;
-  double pooled = kPriorAcceptance, own = kPriorAcceptance;
+  std::vector<double> curve(depth);
+  double pooled = kPriorAcceptance;
   for (int d = 1; d <= depth; ++d) {
     double tested[2] = {0, 0}, accepted[2] = {0, 0};
     for (int s = 0; s < 2; ++s) {
@@ -54,15 +55,19 @@ double SpecPolicy::acceptance(int depth, bool chain) const {
     pooled = (accepted[0] + accepted[1] + kPriorWeight * pooled) /
              (tested[0] + tested[1] + kPriorWeight);
     const double prior = untried ? pooled + kExplore * (1 - pooled) : pooled;
-    own = (accepted[chain] + kPriorWeight * prior) / (tested[chain] + kPriorWeight);
+    curve[d - 1] = (accepted[chain] + kPriorWeight * prior) / (tested[chain] + kPriorWeight);
   }
-  return own;
+  return curve;
+}
+
+double SpecPolicy::acceptance(int depth, bool chain) const {
+  return depth < 1 ? kPriorAcceptance : acceptance_curve(depth, chain).back();
 }
 
 double SpecPolicy::expected_tokens(int depth, bool chain) const {
   double tokens = 1, reach = 1;
-  for (int d = 1; d <= depth; ++d) {
-    reach *= acceptance(d, chain);
+  for (double rate : acceptance_curve(depth, chain)) {
+    reach *= rate;
     tokens += reach;
   }
   return tokens;

@@ -98,6 +98,8 @@ class SpecPolicy {
   static constexpr int kProbeDepth = 3;
 
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
+  // acceptance(d, chain) for d = 1..depth in one walk over the counts.
+  std::vector<double> acceptance_curve(int depth, bool chain) const;
   // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.
   void add_catch_up(double ms, int missed);
 
