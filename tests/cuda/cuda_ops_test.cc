@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -589,6 +590,27 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                      .out_q8 = {}},
                     nullptr);
     EXPECT_LT(nmse(dout.host(), want), 1e-10);
+    // The session-6 kernel (one value load per key in turn) gives the same bits.
+    {
+      Dev<float> out_serial(want.size());
+      setenv("SALVO_CUDA_ATTENTION", "serial", 1);
+      cuda::attention({.batch = bv,
+                       .kv = kvl,
+                       .q = dq.ptr,
+                       .out = out_serial.ptr,
+                       .n_head = c.n_head,
+                       .n_head_kv = c.n_head_kv,
+                       .head_dim = c.head_dim,
+                       .head_dim_v = c.head_dim_v,
+                       .scale = scale,
+                       .window = window,
+                       .partial = partial.ptr,
+                       .split_counts = counts.ptr,
+                       .out_q8 = {}},
+                      nullptr);
+      unsetenv("SALVO_CUDA_ATTENTION");
+      EXPECT_EQ(out_serial.host(), dout.host());
+    }
     // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits.
     {
       const int width = c.n_head * c.head_dim_v;

@@ -3,6 +3,8 @@
 // Cache layout per layer: [n_seq][capacity][width] floats; committed slot i holds position i,
 // the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
 #include <cfloat>
+#include <cstdlib>
+#include <string>
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/q8.cuh"
@@ -39,6 +41,11 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
 // one launch a layer instead of two, and the merge is the same whichever block does it.
 constexpr int kKeysPerSplit = kWarps * 32;
 
+// kDim: value elements per lane (head_dim_v <= 32 * kDim). kBatch: values of that many keys are
+// loaded before any is accumulated. A warp's 32 keys used to be one dependent global load each
+// (the FMA waits for its load): at a 560-key context that chain was most of a layer's 56 us.
+// Batching keeps the FMA order, so the bits are those of kBatch = 1.
+template <int kDim, int kBatch>
 __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -92,6 +99,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
     const float4* k4 =
         reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(slot) * p.kv.k_width);
     float s = 0.0f;
+#pragma unroll 8
     for (int d4 = 0; d4 < p.head_dim / 4; ++d4) {
       const float4 k = k4[d4];
       s = __fmaf_rn(q[4 * d4], k.x, s);
@@ -106,18 +114,29 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   const float e = valid ? __expf(score - m) : 0.0f;  // score - m <= 0: the fast exp is safe
   float l = e;
   for (int off = 16; off > 0; off /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, off));
-  float acc[kMaxDimPerLane];
+  float acc[kDim];
 #pragma unroll
-  for (int i = 0; i < kMaxDimPerLane; ++i) acc[i] = 0.0f;
-  for (int j = 0; j < 32; ++j) {
-    const float ej = __shfl_sync(0xffffffffu, e, j);
-    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
-    if (split * kKeysPerSplit + warp * 32 + j >= n_keys) break;  // uniform over the warp
-    const float* vr = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
+  for (int i = 0; i < kDim; ++i) acc[i] = 0.0f;
+  // Keys of this warp that exist (uniform over the warp).
+  const int n_warp_keys = min(32, n_keys - (split * kKeysPerSplit + warp * 32));
+  for (int j0 = 0; j0 < n_warp_keys; j0 += kBatch) {
+    float vv[kBatch][kDim];
 #pragma unroll
-    for (int i = 0; i < kMaxDimPerLane; ++i) {
-      const int d = lane + 32 * i;
-      if (d < p.head_dim_v) acc[i] = __fmaf_rn(ej, vr[d], acc[i]);
+    for (int b = 0; b < kBatch; ++b) {
+      const int slot_j = __shfl_sync(0xffffffffu, slot, (j0 + b) & 31);
+      const float* vr = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
+#pragma unroll
+      for (int i = 0; i < kDim; ++i) {
+        const int d = lane + 32 * i;
+        vv[b][i] = j0 + b < n_warp_keys && d < p.head_dim_v ? vr[d] : 0.0f;
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const float ej = __shfl_sync(0xffffffffu, e, (j0 + b) & 31);
+      if (j0 + b >= n_warp_keys) break;  // uniform over the warp
+#pragma unroll
+      for (int i = 0; i < kDim; ++i) acc[i] = __fmaf_rn(ej, vv[b][i], acc[i]);
     }
   }
 
@@ -125,7 +144,9 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   __shared__ float warp_acc[kWarps][kMaxDimPerLane * 32];
   if (lane == 0) warp_m[warp] = m, warp_l[warp] = l;
 #pragma unroll
-  for (int i = 0; i < kMaxDimPerLane; ++i) warp_acc[warp][lane + 32 * i] = acc[i];
+  for (int i = 0; i < kDim; ++i) {
+    if (lane + 32 * i < p.head_dim_v) warp_acc[warp][lane + 32 * i] = acc[i];
+  }
   __syncthreads();
   float m_all = -FLT_MAX;
   for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
@@ -143,18 +164,23 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
 }
 
+// Splits of the (head, row) that can hold a key it sees; the merge reads only those.
+__device__ __forceinline__ int used_splits(const AttentionParams& p) {
+  const BatchView& b = p.batch;
+  const int row = blockIdx.y, pos = b.pos[row];
+  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
+  const int max_keys =
+      max(0, b.committed[b.seq[row]] - first) + (p.block_visible ? b.n_rows : row + 1);
+  return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
+}
+
 // Merges the (head, row)'s splits in order into out (and its int8 copy). Splits at or beyond the
-// row's last possible key were written empty (l = 0) and are skipped anyway, so the merge stops
+// row's last possible key hold no partial (or an empty one, l = 0), so the merge stops
 // before them (a 4096-slot cache has 16 splits; a short context uses one). The partials come from
 // other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
 __device__ void merge_splits(const AttentionParams& p, int n_splits) {
   const int head = blockIdx.x, row = blockIdx.y;
-  const BatchView& b = p.batch;
-  const int pos = b.pos[row];
-  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int max_keys =
-      max(0, b.committed[b.seq[row]] - first) + (p.block_visible ? b.n_rows : row + 1);
-  const int n_used = min(n_splits, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
+  const int n_used = used_splits(p);
   const int partial_width = 2 + p.head_dim_v;
   const float* partial =
       p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
@@ -190,8 +216,13 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
   }
 }
 
+// kSkip: blocks past the used splits return at once instead of writing an empty partial and
+// taking their turn at the count (a 4096-slot cache launches 16 splits; a short context uses 1).
+template <int kDim, int kBatch, bool kSkip>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
-  split_partial(p);
+  const int n_used = kSkip ? used_splits(p) : gridDim.z;
+  if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
+  split_partial<kDim, kBatch>(p);
   // Every thread's partial writes are done (and visible device-wide) before the count.
   __threadfence();
   __syncthreads();
@@ -199,11 +230,19 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   const int n_splits = gridDim.z;
   if (threadIdx.x == 0) {
     int* count = p.split_counts + blockIdx.y * p.n_head + blockIdx.x;
-    last = atomicAdd(count, 1) == n_splits - 1;
+    last = atomicAdd(count, 1) == n_used - 1;
     if (last) *count = 0;
   }
   __syncthreads();
   if (last) merge_splits(p, n_splits);
+}
+
+// SALVO_CUDA_ATTENTION=serial keeps the session-6 kernel (one value load per key in turn, every
+// split counted) for A/B runs; both give the same bits. Read at every launch (a graph captures
+// it once) so that a test can run both.
+bool serial_attention() {
+  const char* env = std::getenv("SALVO_CUDA_ATTENTION");
+  return env != nullptr && std::string(env) == "serial";
 }
 
 // A thread per element of a slot per layer; each walks the moves in order, so a move never
@@ -247,7 +286,14 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
   const int n_splits = attention_splits(p.kv.capacity);
   const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
-  attention_kernel<<<grid, kWarps * 32, p.batch.n_rows * sizeof(int32_t), stream>>>(p);
+  const size_t smem = p.batch.n_rows * sizeof(int32_t);
+  if (serial_attention()) {
+    attention_kernel<kMaxDimPerLane, 1, false><<<grid, kWarps * 32, smem, stream>>>(p);
+  } else if (p.head_dim_v <= 128) {
+    attention_kernel<4, 8, true><<<grid, kWarps * 32, smem, stream>>>(p);
+  } else {
+    attention_kernel<kMaxDimPerLane, 8, true><<<grid, kWarps * 32, smem, stream>>>(p);
+  }
 }
 
 void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
