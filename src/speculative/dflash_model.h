@@ -25,6 +25,7 @@
 
 #include "backends/cpu/matmul.h"
 #include "models/model.h"
+#include "quant/types.h"
 #include "util/status.h"
 #include "util/thread_pool.h"
 
@@ -66,10 +67,16 @@ struct DflashState {
 
 class DflashDevice;
 
-// One drafter layer's weights (matrices F16 or F32, vectors F32).
+// A drafter layer's matrices.
+struct DflashMatrices {
+  WeightView q, k, v, o, gate, up, down;
+};
+
+// One drafter layer's weights (vectors F32).
 struct DflashLayer {
   std::vector<float> attn_norm, q_norm, k_norm, ffn_norm;
-  WeightView q, k, v, o, gate, up, down;
+  DflashMatrices w;    // as loaded (F16 or F32): what a device uploads
+  DflashMatrices cpu;  // what the CPU forward multiplies by (Q8_0 copies, or w)
 };
 
 class DflashModel {
@@ -125,6 +132,7 @@ class DflashModel {
   // u = y + b silu(a_h y + a_e E(prev)) for one row, into `u` ([n_embd]).
   void adapter_u(const float* y_j, int32_t prev, float* u) const;
   void rope_heads(float* x, const int32_t* positions, int64_t n, int n_heads) const;
+  void make_cpu_copies();
 
   DflashConfig config_;
   std::string dir_;
@@ -132,7 +140,9 @@ class DflashModel {
   const WeightView* lm_head_ = nullptr;             // the target's, [n_vocab, n_embd]
   std::vector<std::vector<float>> storage_;         // F32 matrices the views point into
   std::vector<std::vector<uint16_t>> f16_storage_;  // F16 matrices (from I8 with row scales)
-  WeightView fc_;
+  std::vector<std::vector<BlockQ8_0>> q8_storage_;  // the CPU forward's Q8_0 copies
+  std::vector<std::unique_ptr<uint8_t[]>> packed_storage_;  // and their packed layouts
+  WeightView fc_, cpu_fc_;
   std::vector<float> hidden_norm_, mask_embd_, output_norm_;
   std::vector<DflashLayer> layers_;
   WeightView adapter_a_h_, adapter_a_e_, adapter_b_;

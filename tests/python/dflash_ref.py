@@ -17,6 +17,8 @@ import json
 import os
 
 import numpy as np
+from gguf import GGMLQuantizationType
+from gguf import quants as gguf_quants
 from safetensors.numpy import load_file, save_file
 
 import numpy_ref
@@ -104,7 +106,25 @@ def write_inputs(path: str, features: np.ndarray, root: int, adapter_prev=None):
     save_file(tensors, path)
 
 
-def _load(drafter_dir: str):
+# The matrices salvo's CPU forward multiplies by in Q8_0 (the adapter's stay float).
+_LAYER_MATRICES = {"q.weight", "k.weight", "v.weight", "o.weight", "gate.weight", "up.weight", "down.weight"}
+
+
+def _is_q8_matrix(name: str) -> bool:
+    return name == "fc.weight" or (name.startswith("layers.") and name.split(".", 2)[2] in _LAYER_MATRICES)
+
+
+def _q8_0(w: np.ndarray) -> np.ndarray:
+    """w as F16 (salvo's loaded form), then through the gguf package's Q8_0 quantizer and back."""
+    w16 = w.astype(np.float16).astype(np.float32)
+    return gguf_quants.dequantize(gguf_quants.quantize(w16, GGMLQuantizationType.Q8_0),
+                                  GGMLQuantizationType.Q8_0).astype(np.float64)
+
+
+def _load(drafter_dir: str, q8: bool = False):
+    """q8: the layer matrices rounded as salvo's CPU forward holds them (Q8_0 copies): a drafter
+    with large random weights then differs from the float forward by more than the rounding of
+    the activations, which is all a test should see."""
     with open(os.path.join(drafter_dir, "config.json")) as f:
         cfg = json.load(f)
     raw = load_file(os.path.join(drafter_dir, "model.safetensors"))
@@ -115,6 +135,8 @@ def _load(drafter_dir: str):
         w = t.astype(np.float64)
         if t.dtype == np.int8:
             w = w * raw[name + ".scale"].astype(np.float64)[:, None]
+        if q8 and _is_q8_matrix(name):
+            w = _q8_0(w)
         weights[name] = w
     return cfg, weights
 
@@ -139,28 +161,40 @@ def _target(model_path):
     return W, head
 
 
-def forward(drafter_dir: str, model_path: str, features: np.ndarray, root: int):
-    cfg, w = _load(drafter_dir)
+def _q8_rows(a: np.ndarray) -> np.ndarray:
+    """Activation rows as an int8 matmul sees them: Q8_0 blocks of 32 (the gguf package's quantizer)."""
+    return gguf_quants.dequantize(gguf_quants.quantize(a.astype(np.float32), GGMLQuantizationType.Q8_0),
+                                  GGMLQuantizationType.Q8_0).astype(np.float64)
+
+
+def forward(drafter_dir: str, model_path: str, features: np.ndarray, root: int, q8: bool = False):
+    """q8: the drafter's matrices and their inputs rounded to Q8_0 as salvo's CPU forward rounds
+    them (the products themselves stay float64)."""
+    cfg, w = _load(drafter_dir, q8)
     W, head = _target(model_path)
     eps, B, hd = cfg["rms_eps"], cfg["block_size"], cfg["head_dim"]
     nh, nkv = cfg["n_head"], cfg["n_head_kv"]
     T = features.shape[0]
-    c = _rms(features.astype(np.float64) @ w["fc.weight"].T, w["hidden_norm.weight"], eps)
+
+    def mm(a, name):
+        return (_q8_rows(a) if q8 else a) @ w[name].T
+
+    c = _rms(mm(features.astype(np.float64), "fc.weight"), w["hidden_norm.weight"], eps)
     x = np.empty((B, cfg["n_embd"]))
     x[0] = W.rows("token_embd.weight", [root])[0]
     x[1:] = w["mask_embd"]
     ctx_pos, blk_pos = np.arange(T), T + np.arange(B)
     for i in range(cfg["n_layer"]):
         p = f"layers.{i}."
-        kc = _rms((c @ w[p + "k.weight"].T).reshape(T, nkv, hd), w[p + "k_norm.weight"], eps)
+        kc = _rms(mm(c, p + "k.weight").reshape(T, nkv, hd), w[p + "k_norm.weight"], eps)
         kc = _rope_neox(kc, ctx_pos, cfg["rope_base"])
-        vc = (c @ w[p + "v.weight"].T).reshape(T, nkv, hd)
+        vc = mm(c, p + "v.weight").reshape(T, nkv, hd)
         h = _rms(x, w[p + "attn_norm.weight"], eps)
-        q = _rope_neox(_rms((h @ w[p + "q.weight"].T).reshape(B, nh, hd), w[p + "q_norm.weight"], eps),
+        q = _rope_neox(_rms(mm(h, p + "q.weight").reshape(B, nh, hd), w[p + "q_norm.weight"], eps),
                        blk_pos, cfg["rope_base"])
-        kb = _rope_neox(_rms((h @ w[p + "k.weight"].T).reshape(B, nkv, hd), w[p + "k_norm.weight"], eps),
+        kb = _rope_neox(_rms(mm(h, p + "k.weight").reshape(B, nkv, hd), w[p + "k_norm.weight"], eps),
                         blk_pos, cfg["rope_base"])
-        vb = (h @ w[p + "v.weight"].T).reshape(B, nkv, hd)
+        vb = mm(h, p + "v.weight").reshape(B, nkv, hd)
         keys, values = np.concatenate([kc, kb]), np.concatenate([vc, vb])  # [T + B, nkv, hd]
         attn = np.empty((B, nh, hd))
         for head_i in range(nh):
@@ -168,10 +202,10 @@ def forward(drafter_dir: str, model_path: str, features: np.ndarray, root: int):
             s = q[:, head_i] @ keys[:, g].T / np.sqrt(hd)  # [B, T + B], no mask
             s = np.exp(s - s.max(axis=1, keepdims=True))
             attn[:, head_i] = (s / s.sum(axis=1, keepdims=True)) @ values[:, g]
-        x = x + attn.reshape(B, nh * hd) @ w[p + "o.weight"].T
+        x = x + mm(attn.reshape(B, nh * hd), p + "o.weight")
         h = _rms(x, w[p + "ffn_norm.weight"], eps)
-        gate, up = h @ w[p + "gate.weight"].T, h @ w[p + "up.weight"].T
-        x = x + (gate / (1 + np.exp(-gate)) * up) @ w[p + "down.weight"].T
+        gate, up = mm(h, p + "gate.weight"), mm(h, p + "up.weight")
+        x = x + mm(gate / (1 + np.exp(-gate)) * up, p + "down.weight")
     y = _rms(x, w["output_norm.weight"], eps)
     logits = W.matmul_t(y[1:], head)
     return logits, y

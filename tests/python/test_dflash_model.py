@@ -2,11 +2,14 @@
 (dflash_ref.py, float64) on a random drafter for smollm2-135m, and against the trainer's PyTorch
 output (drafters/<model>/reference.safetensors) where a trained drafter exists.
 
-Bounds: salvo keeps the drafter's I8 matrices as F16 (q * scale) with float activations, but the
-target's LM head matmul rounds its input to int8 blocks, as in the target itself; the logits must
-correlate above 0.999 per row, differ by under 2% of each row's range, and agree on the top token
-except for near ties (a reference gap under test_numpy_ref.MAX_TOP1_GAP). Measured on the random
-drafter: max relative error 0.4%, correlation 0.99998.
+Bounds: salvo's CPU forward multiplies by Q8_0 copies of the drafter's matrices (loaded as F16,
+q * scale) with int8 activations, as the target's own matmuls do. The random drafter's weights are
+large (weight_scale 3), so its reference rounds those matrices to Q8_0 too (the gguf package's
+quantizer); the trained drafters are compared with the trainer's float32 PyTorch logits as they
+are. The logits must correlate above 0.999 per row, differ by under 2% of each row's range, and
+agree on the top token except for near ties (a reference gap under test_numpy_ref.MAX_TOP1_GAP).
+The random drafter's bound is 3% (its large weights amplify the activations' rounding; measured
+1.6% on the logits, 2.0% on the adapter's); the shipped drafters measure 0.5% against PyTorch.
 """
 
 import json
@@ -40,12 +43,12 @@ def run_salvo(salvo, model, drafter, inputs, tmp, adapter=True, chunk=0):
     return logits, (np.fromfile(aout, dtype="<f4") if adapter else None)
 
 
-def check_close(got, want, what):
+def check_close(got, want, what, max_rel_err=0.02):
     d = numpy_ref.compare_logits(got, want)
     print(f"{what}: {d}")
     # A top-1 disagreement is acceptable only as a near tie in the reference's own logits.
     assert all(g < MAX_TOP1_GAP for g in d.top1_mismatch_gaps), (what, d)
-    assert d.min_corr > 0.999 and d.max_rel_err < 0.02, (what, d)
+    assert d.min_corr > 0.999 and d.max_rel_err < max_rel_err, (what, d)
 
 
 @pytest.fixture(scope="module")
@@ -69,7 +72,7 @@ def test_dflash_forward_matches_numpy(random_drafter):
     salvo = salvo_bin_or_skip()
     path, drafter, inputs, features, root, prev, cfg = random_drafter
     B, V = cfg["block_size"], cfg["target"]["n_vocab"]
-    want, y = dflash_ref.forward(drafter, path, features, root)
+    want, y = dflash_ref.forward(drafter, path, features, root, q8=True)
     want_adapter = dflash_ref.adapter_logits(drafter, path, y[1:], prev)
     with tempfile.TemporaryDirectory() as tmp:
         got, got_adapter = run_salvo(salvo, path, drafter, inputs, tmp)
@@ -77,8 +80,12 @@ def test_dflash_forward_matches_numpy(random_drafter):
         got_chunked, _ = run_salvo(salvo, path, drafter, inputs, tmp, adapter=False, chunk=3)
     assert got.size == (B - 1) * V and got_adapter.size == (B - 1) * V
     got, got_adapter = got.reshape(B - 1, V), got_adapter.reshape(B - 1, V)
-    check_close(got, want, "logits")
-    check_close(got_adapter, want_adapter, "adapter logits")
+    # The random drafter's large weights (two layers at gain 3) amplify the int8 rounding of the
+    # activations: an element that lands on the other side of a rounding step in float32 than in
+    # float64 moves by a whole step, so modelling the rounding does not remove it (measured 1.6%
+    # and 2.0%; the trained drafters stay at 0.5% against PyTorch under the 2% bound).
+    check_close(got, want, "logits", max_rel_err=0.03)
+    check_close(got_adapter, want_adapter, "adapter logits", max_rel_err=0.03)
     # The adapter must change something, or the test would not see it.
     assert np.abs(want_adapter - want).max() > 0.1
     np.testing.assert_allclose(got_chunked.reshape(B - 1, V), got, rtol=1e-4, atol=1e-4)
