@@ -56,7 +56,8 @@ ngpu=$(nvidia-smi -L | wc -l)
 if [ "${TRAIN:-0}" = 1 ] && [ -f /root/df/.gpu/df/dev.sh ] && { [ "$ngpu" -ge 2 ] || [ -f $W/bench.done ]; }; then
   [ "$ngpu" -ge 2 ] && export CUDA_VISIBLE_DEVICES=1
   mkdir -p /root/df/out
-  (cd /root/df && OUT=/root/df/out QPIECES=19 SPIECES=99 bash .gpu/df/dev.sh >$W/dev.out 2>&1)
+  # On a GPU of its own the features of 36k sequences (~91 GB) stay resident: one shard.
+  (cd /root/df && OUT=/root/df/out QPIECES=19 SPIECES=99 QFEATGB=${QFEATGB:-100} bash .gpu/df/dev.sh >$W/dev.out 2>&1)
   unset CUDA_VISIBLE_DEVICES
   # The fresh drafter's tau and tok/s per category, on the GPU that trained it, from where it was
   # written (no round trip through this checkout).
@@ -81,8 +82,9 @@ if grep -q "prefill profile rc" $W/job.log 2>/dev/null && [ ! -f $W/prof.started
 fi
 [[ ${1:-0} =~ ^[0-9]+$ ]] && sleep "${1:-0}"
 echo "drafter pieces: $(ls /root/df/out 2>/dev/null | grep -c q_model) | spec: $(cat $W/spec.done 2>/dev/null || echo no) | train: $(cat /root/w/qwen2.5-coder-1.5b.done 2>/dev/null || echo no) | gpus $ngpu | job: $(tail -n 1 $W/job.log 2>/dev/null) | llama.cpp build: $(cat $W/llama.done 2>/dev/null || echo running) | models: $(ls /root/w | grep -c '\.ok$')"
+cp /root/w/qwen2.5-coder-1.5b.log $W/train.log 2>/dev/null  # the trainer's progress
 logs=()
 for f in job.log matmul_bench.log tests.log ctest.log bench.log real_model.log prefill_profile.log \
-  decode_profile.log dev.out spec.log spec.json; do [ -f $W/$f ] && logs+=("$f"); done
+  decode_profile.log attention_ab.log dev.out spec.log spec.json train.log; do [ -f $W/$f ] && logs+=("$f"); done
 [ ${#logs[@]} -gt 0 ] && tar czf $OUT/logs.tgz -C $W "${logs[@]}"
 exit 0

@@ -15,7 +15,11 @@ M=/root/m; W=/root/w; mkdir -p $M/s $M/q $W
 for d in s q; do for f in .gpu/$d/*; do [ -f "$f" ] && mv "$f" $M/$d/; done; done
 echo "pieces: s=$(ls $M/s | wc -l) q=$(ls $M/q | wc -l)"
 rm -rf $W/code; cp -r .gpu/df/code $W/code
-cp .gpu/df/data_*.json.gz $W/ 2>/dev/null
+# Once, and atomically: a run reads its data ~40 s after it starts, while later calls come by
+# (session 8 lost a run to a copy that truncated the file under the reader).
+for f in .gpu/df/data_*.json.gz; do
+  [ -f "$f" ] && [ ! -f "$W/$(basename "$f")" ] && cp "$f" "$W/.tmp_data" && mv "$W/.tmp_data" "$W/$(basename "$f")"
+done
 start() { # name gguf sha npieces dir args...
   name=$1; g=$2; sha=$3; n=$4; dir=$5; shift 5
   [ -f $W/$name.started ] && return
@@ -31,15 +35,16 @@ start() { # name gguf sha npieces dir args...
   setsid nohup bash -c "python3 $W/code/train.py --target $name --gguf $g --data $W/data_$name.json.gz \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
-# Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15 (12 passes; session 4 ran 4 and
-# the drafter was under-trained: loss 3.7, top-1 0.24). --passes sets the work; --minutes
-# caps the drafter's stepping time should the shared GPU be slower than planned.
+# Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
+# caps the drafter's stepping time should the shared GPU be slower than planned. Session 6 made 12
+# passes over 20k prompts with one layer and memorised them (training-sample chain tau 3.63, held
+# out 2.49); session 8: 36k prompts, two layers, 5 passes (QFEATGB=90 on a GPU of its own).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q \
-  --n-layer 1 --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
-  --passes ${QPASSES:-12} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb 56 --eval-max 256
+  --n-layer ${QLAYERS:-2} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
+  --passes ${QPASSES:-5} --minutes ${QMINUTES:-7} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-56} --eval-max 256
 if [ "${1:-}" = wait ]; then
   end=$((SECONDS + $2))
   while { [ ! -f $W/qwen2.5-coder-1.5b.done ] || [ ! -f $W/smollm2-135m.done ]; } && [ $SECONDS -lt $end ]; do sleep 5; done
