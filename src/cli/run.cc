@@ -125,10 +125,7 @@ void run(const RunOptions& o) {
                     .draft_model_path = o.draft_model.empty() ? "" : resolve_model(o.draft_model),
                     .placement = placement_for(o.device),
                     .drafter_dir = o.drafter,
-                    // Only the modes that draft with it look for one; auto with an explicit
-                    // --draft-model drafts with that model (drafters/<model>/ is not looked up).
-                    .find_drafter = spec.mode == SpecMode::kDflash ||
-                                    (spec.mode == SpecMode::kAuto && o.draft_model.empty()),
+                    .find_drafter = uses_found_drafter(spec.mode, !o.draft_model.empty()),
                     .drafter_placement = drafter_placement_for(o.device)});
   if (!engine.ok()) throw CliError(engine.status().message());
   Engine& e = **engine;

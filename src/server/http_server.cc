@@ -450,14 +450,15 @@ void HttpServer::Impl::routes() {
 }
 
 void HttpServer::Impl::load() {
-  auto loaded_engine =
-      Engine::load(options.model_path, {.threads = options.threads,
-                                        .draft_model_path = options.draft_model_path,
-                                        .placement = options.placement,
-                                        .drafter_dir = options.drafter_dir,
-                                        // An explicit --draft-model serves auto.
-                                        .find_drafter = options.draft_model_path.empty(),
-                                        .drafter_placement = options.drafter_placement});
+  auto loaded_engine = Engine::load(
+      options.model_path,
+      {.threads = options.threads,
+       .draft_model_path = options.draft_model_path,
+       .placement = options.placement,
+       .drafter_dir = options.drafter_dir,
+       // Only the modes that draft with it load one: its weights are tens of MB held for nothing.
+       .find_drafter = uses_found_drafter(options.spec.mode, !options.draft_model_path.empty()),
+       .drafter_placement = options.drafter_placement});
   if (!loaded_engine.ok()) {
     load_status = loaded_engine.status();
     return;

@@ -32,6 +32,12 @@ enum class SpecMode {
   kDeep,    // one chain as deep as allowed, following the last bigram in the context
 };
 
+// Whether `mode` drafts with a DFlash drafter found for the model (drafters/<model>/): --spec
+// dflash, and auto unless a draft model was named (auto drafts with that one instead).
+inline bool uses_found_drafter(SpecMode mode, bool has_draft_model) {
+  return mode == SpecMode::kDflash || (mode == SpecMode::kAuto && !has_draft_model);
+}
+
 // Parses "none", "ngram", "draft", "auto", "dflash", and the testing modes "random", "wrong",
 // "deep".
 Expected<SpecMode> parse_spec_mode(const std::string& name);

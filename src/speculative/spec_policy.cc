@@ -80,6 +80,31 @@ DraftSize SpecPolicy::tree_for_depth(int depth, int max_budget, int max_depth) c
   return {std::clamp(budget, depth, max_budget), depth};
 }
 
+bool SpecPolicy::draft_measured() const {
+  return std::any_of(draft_ms_by_depth_.begin(), draft_ms_by_depth_.end(),
+                     [](double ms) { return ms >= 0; });
+}
+
+// The measured depths, fitted by ms = a + b * depth (least squares, a and b >= 0). A DFlash
+// drafter costs nearly the same at any depth (one block pass gives every depth; on a GPU it is
+// ~0.4 of a target pass), a draft model one pass of its own per level: charging every drafter
+// per level, as before, made deep trees look several times dearer than they are for DFlash. With
+// one depth measured the cost is taken as proportional to depth, the cautious guess.
+double SpecPolicy::draft_cost(int depth) const {
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (size_t d = 1; d < draft_ms_by_depth_.size(); ++d) {
+    const double y = draft_ms_by_depth_[d];
+    if (y < 0) continue;
+    n += 1, sx += d, sy += y, sxx += static_cast<double>(d) * d, sxy += d * y;
+  }
+  if (n == 0) return 0;
+  if (n == 1) return sy / sx * depth;
+  double b = std::max(0.0, (sxy - sx * sy / n) / (sxx - sx * sx / n));
+  double a = (sy - b * sx) / n;
+  if (a < 0) a = 0, b = sxy / sxx;  // the best line through the origin
+  return a + b * depth;
+}
+
 double SpecPolicy::expected_rate(DraftSize size) const {
   if (!size.drafting()) {
     const double t = pass_ms(1);
@@ -88,8 +113,7 @@ double SpecPolicy::expected_rate(DraftSize size) const {
   const double per_level = nodes_per_level_[is_chain(size)];
   const double nodes =
       per_level > 0 ? std::min<double>(size.budget, per_level * size.depth) : size.budget;
-  const double t =
-      pass_ms(1 + static_cast<int>(std::ceil(nodes))) + draft_ms_per_level_ * size.depth;
+  const double t = pass_ms(1 + static_cast<int>(std::ceil(nodes))) + draft_cost(size.depth);
   return t > 0 ? expected_tokens(size.depth, is_chain(size)) / t : 0;
 }
 
@@ -198,19 +222,22 @@ void SpecPolicy::record(const PassRecord& pass) {
   if (after_plain) {
     // Without a steady-state estimate yet, this pass says nothing about the rate: drafting
     // continues for one more pass, which measures it.
-    if (draft_ms_per_level_ == 0 && pass.draft_ms > 0) {
+    if (!draft_measured() && pass.draft_ms > 0) {
       first_draft_ms_ = pass.draft_ms;
       first_depth_ = pass.tree_depth;
       first_missed_ = missed;
       return;
     }
-    draft_ms = draft_ms_per_level_ * pass.tree_depth;
+    draft_ms = draft_cost(pass.tree_depth);
     add_catch_up(pass.draft_ms - draft_ms, missed);
   } else if (pass.tree_depth > 0) {
-    const bool first_estimate = draft_ms_per_level_ == 0;
-    draft_ms_per_level_ = ema(draft_ms_per_level_, pass.draft_ms / pass.tree_depth, kAlpha);
-    if (first_estimate)
-      add_catch_up(first_draft_ms_ - draft_ms_per_level_ * first_depth_, first_missed_);
+    const bool first_estimate = !draft_measured();
+    if (static_cast<int>(draft_ms_by_depth_.size()) <= pass.tree_depth) {
+      draft_ms_by_depth_.resize(pass.tree_depth + 1, -1);
+    }
+    double& at_depth = draft_ms_by_depth_[pass.tree_depth];
+    at_depth = at_depth < 0 ? pass.draft_ms : at_depth + kAlpha * (pass.draft_ms - at_depth);
+    if (first_estimate) add_catch_up(first_draft_ms_ - draft_cost(first_depth_), first_missed_);
   }
   if (pass.tree_depth > 0) {
     double& per_level = nodes_per_level_[pass.chain];

@@ -4,8 +4,10 @@
 // decoding. The adaptive policy measures everything from the session's own passes:
 //   - the time of a pass by row count (an EMA per row count; unmeasured counts are interpolated,
 //     or extrapolated along the line from one row to the largest measured count);
-//   - the drafter's time per tree level (in steady state: the first drafted pass after plain
-//     ones, where a draft model catches up with the tokens it missed, does not count);
+//   - the drafter's time by tree depth (an EMA per depth, fitted by a line: a fixed part, which
+//     is most of a DFlash block pass, and a part per level, which is most of a draft model's;
+//     in steady state: the first drafted pass after plain ones, where a draft model catches up
+//     with the tokens it missed, does not count);
 //   - the acceptance rate at each depth (accepted / tested, with slow forgetting and a weak
 //     prior so that depths not tried lately get tried again), for chains and for trees apart;
 //   - the nodes a drafter actually proposes per level (an n-gram drafter often proposes fewer
@@ -66,6 +68,7 @@ class SpecPolicy {
   double acceptance(int depth, bool chain = false) const;
   double expected_tokens(int depth, bool chain = false) const;  // per pass, bonus included
   double expected_rate(DraftSize size) const;                   // tokens per ms; size 0 = plain
+  double draft_cost(int depth) const;  // the drafter's ms for a tree this deep (0: unknown)
   // The best size within the caps, no deeper than depth_limit (default: max_depth); trees keep
   // the caps' proportion of nodes to depth.
   DraftSize best_size(int max_budget, int max_depth, int depth_limit = 0) const;
@@ -106,10 +109,11 @@ class SpecPolicy {
   bool adaptive_;
   std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
   std::vector<double> tested_[2], accepted_[2];  // [chain][depth - 1] decayed counts
-  double draft_ms_per_level_ = 0;
-  double nodes_per_level_[2] = {0, 0};  // [chain]; 0 = not measured
-  double drafted_rate_ = 0;             // EMA of tokens per ms of drafted passes
-  bool previous_plain_ = true;          // the last recorded pass had one row
+  bool draft_measured() const;
+  std::vector<double> draft_ms_by_depth_;  // [depth] steady-state EMA; < 0 = not measured
+  double nodes_per_level_[2] = {0, 0};     // [chain]; 0 = not measured
+  double drafted_rate_ = 0;                // EMA of tokens per ms of drafted passes
+  bool previous_plain_ = true;             // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
   int drafted_since_plain_ = 0;

@@ -19,9 +19,13 @@ double pass_cost(int rows, double base, double per_row) {
 // `chain_accept` (default: accept - 0.1; deterministically: accepted while the running product
 // stays above a threshold that cycles), the drafter costs `draft_per_level` ms per level and
 // proposes `width` nodes per level. Returns the chains' share of the drafted passes.
+// Depths of the drafted passes of the last simulate() call.
+std::vector<int> g_depths;
+
 double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, double base,
                 double per_row, double draft_per_level, double width = 2, int passes = 200,
-                double chain_accept = -1) {
+                double chain_accept = -1, double draft_fixed = 0) {
+  g_depths.clear();
   if (chain_accept < 0) chain_accept = std::max(0.0, accept - 0.1);
   int cycle = 0, drafted = 0, chains = 0;
   for (int i = 0; i < passes; ++i) {
@@ -31,6 +35,7 @@ double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept
       continue;
     }
     const bool chain = SpecPolicy::is_chain(size);
+    g_depths.push_back(size.depth);
     ++drafted;
     chains += chain;
     const double p = chain ? chain_accept : accept;
@@ -46,7 +51,7 @@ double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept
     const int rows = 1 + nodes;
     policy.record({.rows = rows,
                    .pass_ms = pass_cost(rows, base, per_row),
-                   .draft_ms = draft_per_level * size.depth,
+                   .draft_ms = draft_fixed + draft_per_level * size.depth,
                    .tree_depth = size.depth,
                    .accepted = accepted,
                    .tested = std::min(size.depth, accepted + 1),
@@ -155,6 +160,29 @@ TEST(SpecPolicyTest, CheapRowsDraftTrees) {
   // promising again.
   EXPECT_LT(chains, 0.2);
   EXPECT_GT(policy.acceptance(1, /*chain=*/false), 0.8);
+}
+
+// A DFlash drafter's block pass costs the same at every depth (here 0.4 of a target pass, as
+// on the H200): the policy learns that from the depths it tries and drafts deep, where charging
+// the cost per level (as before) kept the trees at a few levels.
+TEST(SpecPolicyTest, DepthFreeDraftCostDraftsDeep) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.8, /*base=*/10, /*per_row=*/0.01, /*draft=*/0,
+           /*width=*/2, /*passes=*/300, /*chain_accept=*/0.7, /*draft_fixed=*/4);
+  EXPECT_TRUE(policy.drafting());
+  std::vector<int> late(g_depths.end() - 100, g_depths.end());
+  std::sort(late.begin(), late.end());
+  EXPECT_GE(late[late.size() / 2], 6);  // median depth of the last 100 drafted passes
+  EXPECT_NEAR(policy.draft_cost(2), 4.0, 0.5);
+  EXPECT_NEAR(policy.draft_cost(8), 4.0, 0.5);
+}
+
+// A draft model's cost grows a pass per level; the fit keeps that slope.
+TEST(SpecPolicyTest, PerLevelDraftCostIsKept) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.8, /*base=*/10, /*per_row=*/0.01, /*draft=*/2.0);
+  ASSERT_GT(policy.draft_cost(1), 0);
+  EXPECT_NEAR(policy.draft_cost(6) - policy.draft_cost(3), 6.0, 1.0);
 }
 
 // A probe's tree is shallow and keeps the caps' proportion of nodes to depth (not the caps'
