@@ -199,11 +199,13 @@ def main():
             vector(p + "attn_k.bias", kw, 0.0, 0.5)
             vector(p + "attn_v.bias", kw, 0.0, 0.1)
         if gemma3:
-            # Q/K norms near the real model's (~2) sharpen the attention: with weights of 1 it
-            # is nearly uniform, every position gets the context's mean V, and greedy decoding
-            # repeats one id from the first step.
-            vector(p + "attn_q_norm.weight", hd, 2.0, 0.3)
-            vector(p + "attn_k_norm.weight", hd, 2.0, 0.3)
+            # Q/K norms above 1 sharpen the attention (with 1 it is nearly uniform). The real
+            # model's ~2 made this random model chaotic: two CPU kernel paths (packed or not)
+            # drifted to logits NMSE 0.033 by position 40, and CUDA against the CPU to 0.15, past
+            # cuda_model_test's bounds. At 1.25 they drift 0.0018, while the 32-position window
+            # still moves the logits past it by NMSE 0.26-0.69, so the test still sees it.
+            vector(p + "attn_q_norm.weight", hd, 1.25, 0.3)
+            vector(p + "attn_k_norm.weight", hd, 1.25, 0.3)
             vector(p + "post_attention_norm.weight", E, 1.0, 0.1)
             vector(p + "post_ffw_norm.weight", E, 1.0, 0.1)
         matrix("attn_output", i, E, qw, p + "attn_output.weight")
