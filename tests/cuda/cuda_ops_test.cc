@@ -575,39 +575,28 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
                                 .k_width = c.kv_width(),
                                 .v_width = c.v_width()};
     cuda::store_kv(bv, kvl, dkn.ptr, dvn.ptr, nullptr);
-    cuda::attention({.batch = bv,
-                     .kv = kvl,
-                     .q = dq.ptr,
-                     .out = dout.ptr,
-                     .n_head = c.n_head,
-                     .n_head_kv = c.n_head_kv,
-                     .head_dim = c.head_dim,
-                     .head_dim_v = c.head_dim_v,
-                     .scale = scale,
-                     .window = window,
-                     .partial = partial.ptr,
-                     .split_counts = counts.ptr,
-                     .out_q8 = {}},
-                    nullptr);
+    const cuda::AttentionParams params{.batch = bv,
+                                       .kv = kvl,
+                                       .q = dq.ptr,
+                                       .out = dout.ptr,
+                                       .n_head = c.n_head,
+                                       .n_head_kv = c.n_head_kv,
+                                       .head_dim = c.head_dim,
+                                       .head_dim_v = c.head_dim_v,
+                                       .scale = scale,
+                                       .window = window,
+                                       .partial = partial.ptr,
+                                       .split_counts = counts.ptr,
+                                       .out_q8 = {}};
+    cuda::attention(params, nullptr);
     EXPECT_LT(nmse(dout.host(), want), 1e-10);
     // The session-6 kernel (one value load per key in turn) gives the same bits.
     {
       Dev<float> out_serial(want.size());
+      cuda::AttentionParams serial = params;
+      serial.out = out_serial.ptr;
       setenv("SALVO_CUDA_ATTENTION", "serial", 1);
-      cuda::attention({.batch = bv,
-                       .kv = kvl,
-                       .q = dq.ptr,
-                       .out = out_serial.ptr,
-                       .n_head = c.n_head,
-                       .n_head_kv = c.n_head_kv,
-                       .head_dim = c.head_dim,
-                       .head_dim_v = c.head_dim_v,
-                       .scale = scale,
-                       .window = window,
-                       .partial = partial.ptr,
-                       .split_counts = counts.ptr,
-                       .out_q8 = {}},
-                      nullptr);
+      cuda::attention(serial, nullptr);
       unsetenv("SALVO_CUDA_ATTENTION");
       EXPECT_EQ(out_serial.host(), dout.host());
     }
@@ -617,20 +606,10 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
       Dev<float> out2(want.size());
       Dev<int8_t> q_fused(n * width), q_ref(n * width);
       Dev<cuda::Q8Meta> m_fused(width / 32 * n), m_ref(width / 32 * n);
-      cuda::attention({.batch = bv,
-                       .kv = kvl,
-                       .q = dq.ptr,
-                       .out = out2.ptr,
-                       .n_head = c.n_head,
-                       .n_head_kv = c.n_head_kv,
-                       .head_dim = c.head_dim,
-                       .head_dim_v = c.head_dim_v,
-                       .scale = scale,
-                       .window = window,
-                       .partial = partial.ptr,
-                       .split_counts = counts.ptr,
-                       .out_q8 = {q_fused.ptr, m_fused.ptr, n}},
-                      nullptr);
+      cuda::AttentionParams fused = params;
+      fused.out = out2.ptr;
+      fused.out_q8 = {q_fused.ptr, m_fused.ptr, n};
+      cuda::attention(fused, nullptr);
       cuda::quantize_rows(out2.ptr, n, width, q_ref.ptr, m_ref.ptr, n, nullptr);
       EXPECT_EQ(out2.host(), dout.host());
       EXPECT_EQ(q_fused.host(), q_ref.host());
