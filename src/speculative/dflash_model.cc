@@ -267,6 +267,12 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<SafetensorsFile> file,
                          SafetensorsFile::open(weights_path));
   WeightLoader load(*file);
+  // On the CPU the F16 matrices cost most of a draft pass: float dot products stream 2 bytes a
+  // weight and reuse it for only 4 rows (7.7 ms for Qwen's 16-row block against a ~30 ms target
+  // pass, so drafting barely paid). A drafter beside a CPU target holds them as Q8_0 instead,
+  // each converted as it loads; SALVO_DFLASH_F16=1 keeps F16 (A/B runs, and the CUDA tests
+  // that compare a device drafter with the CPU one). A device uploads the F16 form.
+  const bool q8 = m->has_cpu_forward() && std::getenv("SALVO_DFLASH_F16") == nullptr;
   // Matrices the forward multiplies by (not the adapter's, read as floats).
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, bool allow_f16 = true) {
     WeightView view;
@@ -275,9 +281,10 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     std::vector<uint16_t> f16 =
         allow_f16 ? load.matrix_f16(name, rows, cols) : std::vector<uint16_t>();
     if (!f16.empty()) {
-      m->f16_storage_.push_back(std::move(f16));
       view.type = DType::kF16;
-      view.data = m->f16_storage_.back().data();
+      view.data = f16.data();
+      if (q8 && cols % kQK == 0) return m->q8_copy(view);
+      m->f16_storage_.push_back(std::move(f16));  // the move keeps the data where it is
       return view;
     }
     m->storage_.push_back(load.matrix(name, rows, cols));
@@ -294,16 +301,16 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     const std::string p = "layers." + std::to_string(i) + ".";
     DflashLayer& l = m->layers_.emplace_back();
     l.attn_norm = load.vector(p + "attn_norm.weight", c.n_embd);
-    l.w.q = matrix(p + "q.weight", q_width, c.n_embd);
-    l.w.k = matrix(p + "k.weight", c.kv_width(), c.n_embd);
-    l.w.v = matrix(p + "v.weight", c.kv_width(), c.n_embd);
-    l.w.o = matrix(p + "o.weight", c.n_embd, q_width);
+    l.q = matrix(p + "q.weight", q_width, c.n_embd);
+    l.k = matrix(p + "k.weight", c.kv_width(), c.n_embd);
+    l.v = matrix(p + "v.weight", c.kv_width(), c.n_embd);
+    l.o = matrix(p + "o.weight", c.n_embd, q_width);
     l.q_norm = load.vector(p + "q_norm.weight", c.head_dim);
     l.k_norm = load.vector(p + "k_norm.weight", c.head_dim);
     l.ffn_norm = load.vector(p + "ffn_norm.weight", c.n_embd);
-    l.w.gate = matrix(p + "gate.weight", c.n_ff, c.n_embd);
-    l.w.up = matrix(p + "up.weight", c.n_ff, c.n_embd);
-    l.w.down = matrix(p + "down.weight", c.n_embd, c.n_ff);
+    l.gate = matrix(p + "gate.weight", c.n_ff, c.n_embd);
+    l.up = matrix(p + "up.weight", c.n_ff, c.n_embd);
+    l.down = matrix(p + "down.weight", c.n_embd, c.n_ff);
   }
   if (m->has_adapter()) {
     m->adapter_a_h_ = matrix("adapter.a_h.weight", c.adapter_hidden, c.n_embd, false);
@@ -311,45 +318,25 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     m->adapter_b_ = matrix("adapter.b.weight", c.n_embd, c.adapter_hidden, false);
   }
   if (!load.status().ok()) return load.status().with_context(weights_path);
-  m->make_cpu_copies();
   return m;
 }
 
-// On the CPU the F16 matrices cost most of a draft pass: the float dot products stream 2 bytes
-// a weight and reuse each weight for only 4 rows, 7.7 ms for Qwen's 16-row block against a
-// ~30 ms target pass, so drafting barely paid. Q8_0 copies, packed, take the int8 (VNNI) kernels
-// the target's own matrices use; the F16 views stay for a device to upload. SALVO_DFLASH_F16=1
-// keeps the CPU on the F16 views (A/B runs).
-void DflashModel::make_cpu_copies() {
-  const bool q8 = has_cpu_forward() && std::getenv("SALVO_DFLASH_F16") == nullptr;
-  auto copy = [&](const WeightView& w) {
-    if (!q8 || w.type != DType::kF16 || w.n_in % kQK != 0) return w;
-    const int64_t blocks_per_row = w.n_in / kQK;
-    std::vector<BlockQ8_0> blocks(static_cast<size_t>(w.n_out * blocks_per_row));
-    std::vector<float> row(static_cast<size_t>(w.n_in));
-    const auto* f16 = static_cast<const fp16_t*>(w.data);
-    for (int64_t r = 0; r < w.n_out; ++r) {
-      for (int64_t i = 0; i < w.n_in; ++i) row[i] = fp16_to_fp32(f16[r * w.n_in + i]);
-      cpu::quantize_row_q8_0(row.data(), blocks.data() + r * blocks_per_row, w.n_in);
-    }
-    WeightView out{.type = DType::kQ8_0, .data = blocks.data(), .n_out = w.n_out, .n_in = w.n_in};
-    q8_storage_.push_back(std::move(blocks));  // the move keeps the data where it is
-    if (cpu::packable(out.type, out.n_out, out.n_in)) {
-      packed_storage_.push_back(cpu::pack_matrix(out, nullptr));
-      out.packed = packed_storage_.back().get();
-    }
-    return out;
-  };
-  cpu_fc_ = copy(fc_);
-  for (DflashLayer& l : layers_) {
-    l.cpu = {.q = copy(l.w.q),
-             .k = copy(l.w.k),
-             .v = copy(l.w.v),
-             .o = copy(l.w.o),
-             .gate = copy(l.w.gate),
-             .up = copy(l.w.up),
-             .down = copy(l.w.down)};
+WeightView DflashModel::q8_copy(const WeightView& w) {
+  const int64_t blocks_per_row = w.n_in / kQK;
+  std::vector<BlockQ8_0> blocks(static_cast<size_t>(w.n_out * blocks_per_row));
+  std::vector<float> row(static_cast<size_t>(w.n_in));
+  const auto* f16 = static_cast<const fp16_t*>(w.data);
+  for (int64_t r = 0; r < w.n_out; ++r) {
+    for (int64_t i = 0; i < w.n_in; ++i) row[i] = fp16_to_fp32(f16[r * w.n_in + i]);
+    cpu::quantize_row_q8_0(row.data(), blocks.data() + r * blocks_per_row, w.n_in);
   }
+  WeightView out{.type = DType::kQ8_0, .data = blocks.data(), .n_out = w.n_out, .n_in = w.n_in};
+  q8_storage_.push_back(std::move(blocks));  // the move keeps the data where it is
+  if (cpu::packable(out.type, out.n_out, out.n_in)) {
+    packed_storage_.push_back(cpu::pack_matrix(out, nullptr));
+    out.packed = packed_storage_.back().get();
+  }
+  return out;
 }
 
 DflashModel::~DflashModel() = default;
@@ -382,7 +369,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
   if (n <= 0) return Status();
   // c_t = RMSNorm(fc F_t) * hidden_norm: [n, n_embd]
   s.c.resize(static_cast<size_t>(n) * c.n_embd);
-  matmul(pool, cpu_fc_, features, n, s.c.data(), s.matmul);
+  matmul(pool, fc_, features, n, s.c.data(), s.matmul);
   ops::rms_norm(s.c.data(), hidden_norm_.data(), s.c.data(), n, c.n_embd, c.rms_eps);
   s.positions.resize(n);
   for (int32_t i = 0; i < n; ++i) s.positions[i] = first + i;
@@ -390,7 +377,7 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
   s.vb.resize(n * kvw);
   for (int l = 0; l < c.n_layer; ++l) {
     const DflashLayer& layer = layers_[l];
-    const WeightView* kv[] = {&layer.cpu.k, &layer.cpu.v};
+    const WeightView* kv[] = {&layer.k, &layer.v};
     float* kv_out[] = {s.kb.data(), s.vb.data()};
     matmul_multi(pool, kv, kv_out, 2, s.c.data(), n, s.matmul);
     ops::rms_norm_heads(s.kb.data(), layer.k_norm.data(), n, c.n_head_kv, c.head_dim, c.rms_eps);
@@ -431,7 +418,7 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& l = layers_[il];
     ops::rms_norm(s.x.data(), l.attn_norm.data(), s.h.data(), B, c.n_embd, c.rms_eps);
-    const WeightView* qkv[] = {&l.cpu.q, &l.cpu.k, &l.cpu.v};
+    const WeightView* qkv[] = {&l.q, &l.k, &l.v};
     float* qkv_out[] = {s.q.data(), s.kb.data(), s.vb.data()};
     matmul_multi(pool, qkv, qkv_out, 3, s.h.data(), B, s.matmul);
     ops::rms_norm_heads(s.q.data(), l.q_norm.data(), B, c.n_head, c.head_dim, c.rms_eps);
@@ -471,14 +458,14 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
         for (int t = 0; t < p + B; ++t) vec::axpy(scores[t] / sum, value(t), out, c.head_dim);
       }
     });
-    matmul(pool, l.cpu.o, s.attn.data(), B, s.h.data(), s.matmul);
+    matmul(pool, l.o, s.attn.data(), B, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), s.x.size());
     ops::rms_norm(s.x.data(), l.ffn_norm.data(), s.h.data(), B, c.n_embd, c.rms_eps);
-    const WeightView* gate_up[] = {&l.cpu.gate, &l.cpu.up};
+    const WeightView* gate_up[] = {&l.gate, &l.up};
     float* gate_up_out[] = {s.gate.data(), s.up.data()};
     matmul_multi(pool, gate_up, gate_up_out, 2, s.h.data(), B, s.matmul);
     ops::silu_mul(s.gate.data(), s.up.data(), s.gate.size());
-    matmul(pool, l.cpu.down, s.gate.data(), B, s.h.data(), s.matmul);
+    matmul(pool, l.down, s.gate.data(), B, s.h.data(), s.matmul);
     ops::add(s.x.data(), s.h.data(), s.x.size());
   }
   s.y.resize(s.x.size());

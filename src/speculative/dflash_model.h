@@ -67,16 +67,11 @@ struct DflashState {
 
 class DflashDevice;
 
-// A drafter layer's matrices.
-struct DflashMatrices {
-  WeightView q, k, v, o, gate, up, down;
-};
-
-// One drafter layer's weights (vectors F32).
+// One drafter layer's weights: vectors F32; matrices F16 or F32 for a device to upload, Q8_0
+// (packed) where the drafter runs on the CPU (DflashModel::load says why).
 struct DflashLayer {
   std::vector<float> attn_norm, q_norm, k_norm, ffn_norm;
-  DflashMatrices w;    // as loaded (F16 or F32): what a device uploads
-  DflashMatrices cpu;  // what the CPU forward multiplies by (Q8_0 copies, or w)
+  WeightView q, k, v, o, gate, up, down;
 };
 
 class DflashModel {
@@ -132,7 +127,8 @@ class DflashModel {
   // u = y + b silu(a_h y + a_e E(prev)) for one row, into `u` ([n_embd]).
   void adapter_u(const float* y_j, int32_t prev, float* u) const;
   void rope_heads(float* x, const int32_t* positions, int64_t n, int n_heads) const;
-  void make_cpu_copies();
+  // w (F16) as Q8_0 rows, packed: the int8 kernels the target's own matrices use.
+  WeightView q8_copy(const WeightView& w);
 
   DflashConfig config_;
   std::string dir_;
@@ -140,9 +136,9 @@ class DflashModel {
   const WeightView* lm_head_ = nullptr;             // the target's, [n_vocab, n_embd]
   std::vector<std::vector<float>> storage_;         // F32 matrices the views point into
   std::vector<std::vector<uint16_t>> f16_storage_;  // F16 matrices (from I8 with row scales)
-  std::vector<std::vector<BlockQ8_0>> q8_storage_;  // the CPU forward's Q8_0 copies
+  std::vector<std::vector<BlockQ8_0>> q8_storage_;  // Q8_0 matrices of a CPU drafter
   std::vector<std::unique_ptr<uint8_t[]>> packed_storage_;  // and their packed layouts
-  WeightView fc_, cpu_fc_;
+  WeightView fc_;
   std::vector<float> hidden_norm_, mask_embd_, output_norm_;
   std::vector<DflashLayer> layers_;
   WeightView adapter_a_h_, adapter_a_e_, adapter_b_;

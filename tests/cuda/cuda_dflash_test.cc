@@ -317,9 +317,9 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
     ThreadPool pool(8);
     for (const std::string& dir : drafters_for(path, tc)) {
       SCOPED_TRACE(dir);
-      // The device runs the drafter's F16 matrices; the CPU's Q8_0 copies (checked against the
-      // trainer's PyTorch logits by test_dflash_model.py) move its log-probabilities by ~0.06,
-      // past this comparison's bounds, so the CPU side keeps the F16 views here.
+      // The device runs the drafter's F16 matrices; a CPU drafter's Q8_0 ones (checked against
+      // the trainer's PyTorch logits by test_dflash_model.py) move its log-probabilities by
+      // ~0.06, past this comparison's bounds, so the CPU side loads them as F16 here.
       setenv("SALVO_DFLASH_F16", "1", 1);
       auto c_drafter = DflashModel::load(dir, c_model);
       unsetenv("SALVO_DFLASH_F16");

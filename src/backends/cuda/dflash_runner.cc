@@ -57,8 +57,8 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       SALVO_RETURN_IF_ERROR(upload_vector(l.k_norm, &d.k_norm));
       SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, &d.ffn_norm));
       const std::pair<const WeightView*, MatmulParams*> matrices[] = {
-          {&l.w.q, &d.q},       {&l.w.k, &d.k},   {&l.w.v, &d.v},      {&l.w.o, &d.o},
-          {&l.w.gate, &d.gate}, {&l.w.up, &d.up}, {&l.w.down, &d.down}};
+          {&l.q, &d.q},       {&l.k, &d.k},   {&l.v, &d.v},      {&l.o, &d.o},
+          {&l.gate, &d.gate}, {&l.up, &d.up}, {&l.down, &d.down}};
       for (const auto& [w, p] : matrices) SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, p));
     }
     if (m.has_adapter()) {
