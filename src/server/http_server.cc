@@ -464,6 +464,9 @@ void HttpServer::Impl::load() {
     return;
   }
   engine = std::move(loaded_engine).value();
+  metrics.set_speculation(
+      spec_mode_name(options.spec.mode),
+      drafter_description(options.spec.mode, engine->dflash(), engine->draft_model()));
   auto parsed = model_chat_template(*engine);
   if (parsed.ok()) {
     chat_template.emplace(std::move(parsed).value());

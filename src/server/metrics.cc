@@ -28,6 +28,16 @@ void write_scalar(std::string& out, const std::string& name, const std::string& 
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n{} {}\n", name, help, name, type, name, value);
 }
 
+// A label value in the text format: backslash, double quote and newline escaped.
+std::string label_value(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '\\' || c == '"') out += '\\';
+    out += c == '\n' ? std::string("\\n") : std::string(1, c);
+  }
+  return out;
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> b) : bounds(std::move(b)), counts(bounds.size(), 0) {}
@@ -72,9 +82,22 @@ void Metrics::set_queue(int waiting, int active_slots) {
   active_ = active_slots;
 }
 
+void Metrics::set_speculation(std::string mode, std::string drafter) {
+  std::lock_guard lock(mu_);
+  spec_mode_ = std::move(mode);
+  drafter_ = std::move(drafter);
+}
+
 std::string Metrics::prometheus() const {
   std::lock_guard lock(mu_);
   std::string out;
+  if (!spec_mode_.empty()) {
+    out += fmt::format(
+        "# HELP salvo_speculation_info Speculative decoding: the --spec mode and what drafts.\n"
+        "# TYPE salvo_speculation_info gauge\n"
+        "salvo_speculation_info{{mode=\"{}\",drafter=\"{}\"}} 1\n",
+        label_value(spec_mode_), label_value(drafter_));
+  }
   out +=
       "# HELP salvo_http_responses_total HTTP responses by status code.\n"
       "# TYPE salvo_http_responses_total counter\n";

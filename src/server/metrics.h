@@ -31,6 +31,8 @@ class Metrics {
   void record_pass(int rows, int sequences);
   void record_request(const GenerationStats& stats, double latency_s);
   void set_queue(int waiting, int active_slots);
+  // The --spec mode and what drafts (drafter_description), shown as salvo_speculation_info.
+  void set_speculation(std::string mode, std::string drafter);
 
   std::string prometheus() const;
 
@@ -42,6 +44,7 @@ class Metrics {
   uint64_t forward_passes_ = 0, batch_rows_ = 0, batch_sequences_ = 0;
   uint64_t drafted_ = 0, accepted_ = 0;
   int waiting_ = 0, active_ = 0;
+  std::string spec_mode_, drafter_;
   Histogram latency_, ttft_;
 };
 

@@ -245,4 +245,26 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
   return drafter;
 }
 
+std::string drafter_description(SpecMode mode, const DflashModel* dflash,
+                                const Model* draft_model) {
+  // The choices of make_drafter, in its order.
+  const std::string model_name =
+      draft_model != nullptr ? "draft model " + draft_model->config().name : "";
+  switch (mode) {
+    case SpecMode::kNone:
+      return "none";
+    case SpecMode::kNgram:
+      return "ngram";
+    case SpecMode::kDflash:
+      return dflash != nullptr ? "dflash " + dflash->dir() : "none";
+    case SpecMode::kDraft:
+      return draft_model != nullptr ? model_name : "none";
+    case SpecMode::kAuto:
+      if (dflash != nullptr) return "dflash " + dflash->dir();
+      return draft_model != nullptr ? model_name : "ngram";
+    default:
+      return spec_mode_name(mode);
+  }
+}
+
 }  // namespace salvo

@@ -116,4 +116,8 @@ struct DrafterResources {
 // The drafter for `mode` (nullptr for kNone). kDraft without a draft model is an error.
 Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterResources& resources);
 
+// What make_drafter drafts with in `mode`, given what was loaded: "none", "ngram", "draft model
+// <name>", "dflash <dir>", or the testing mode's name (for statistics and the server's metrics).
+std::string drafter_description(SpecMode mode, const DflashModel* dflash, const Model* draft_model);
+
 }  // namespace salvo

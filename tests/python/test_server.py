@@ -400,6 +400,9 @@ def test_metrics_parse(server):
     buckets = [s.value for s in families["salvo_request_duration_seconds"].samples
                if s.name.endswith("_bucket")]
     assert buckets == sorted(buckets) and buckets[-1] == value["salvo_request_duration_seconds_count"]
+    # What drafts: this server runs --spec ngram (the model's DFlash drafter is not even loaded).
+    info = families["salvo_speculation_info"].samples
+    assert [s.labels for s in info] == [{"mode": "ngram", "drafter": "ngram"}], info
 
 
 # --- authentication, queueing, cancellation, shutdown --------------------------------------------
@@ -583,6 +586,8 @@ def test_dflash_shared_passes_equal_plain_cli():
         s = Server("--parallel", "3", "--ctx", str(CTX), "--timeout", "120", "--spec", "dflash",
                    "--drafter", drafter, "--spec-budget", "6")
         try:
+            metrics = s.request("GET", "/metrics")[1]
+            assert f'salvo_speculation_info{{mode="dflash",drafter="dflash {drafter}"}} 1' in metrics
             client = s.client()
             cases = [(p, kw) for p, kw in CONCURRENT_PROMPTS if kw in (SAMPLED, dict(temperature=0))]
             with ThreadPoolExecutor(len(cases)) as pool:
