@@ -195,11 +195,22 @@ Expected<std::unique_ptr<Drafter>> make_dflash_drafter(const DrafterResources& r
       r.dflash_vocab > 0 ? std::min(r.n_vocab, r.dflash_vocab) : r.n_vocab, r.tree));
 }
 
+// What auto drafts with, from what was loaded: make_drafter and drafter_description both ask.
+enum class AutoSource { kDflash, kDraftModel, kNgram };
+AutoSource auto_source(bool has_dflash, bool has_draft_model) {
+  if (has_dflash) return AutoSource::kDflash;
+  return has_draft_model ? AutoSource::kDraftModel : AutoSource::kNgram;
+}
+
 }  // namespace
 
 Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterResources& r) {
   std::unique_ptr<Drafter> drafter;
   const bool has_model = r.draft_model != nullptr && r.pool != nullptr;
+  auto draft_model_drafter = [&] {
+    return std::make_unique<DraftModelDrafter>(*r.draft_model, *r.pool, r.n_vocab,
+                                               DraftModelOptions{.context_size = r.context_size});
+  };
   switch (mode) {
     case SpecMode::kNone:
       break;
@@ -221,15 +232,20 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
       if (!has_model) {
         return Status::error("speculation mode 'draft' needs a draft model (--draft-model)");
       }
-      [[fallthrough]];
+      drafter = draft_model_drafter();
+      break;
     case SpecMode::kAuto:
-      if (mode == SpecMode::kAuto && r.dflash != nullptr && r.pool != nullptr) {
-        SALVO_ASSIGN_OR_RETURN(drafter, make_dflash_drafter(r));
-      } else if (has_model) {
-        drafter = std::make_unique<DraftModelDrafter>(
-            *r.draft_model, *r.pool, r.n_vocab, DraftModelOptions{.context_size = r.context_size});
-      } else {
-        drafter = std::make_unique<NgramDrafter>(NgramOptions{.min_n = 2});
+      switch (auto_source(r.dflash != nullptr && r.pool != nullptr, has_model)) {
+        case AutoSource::kDflash: {
+          SALVO_ASSIGN_OR_RETURN(drafter, make_dflash_drafter(r));
+          break;
+        }
+        case AutoSource::kDraftModel:
+          drafter = draft_model_drafter();
+          break;
+        case AutoSource::kNgram:
+          drafter = std::make_unique<NgramDrafter>(NgramOptions{.min_n = 2});
+          break;
       }
       break;
     case SpecMode::kRandom:
@@ -247,7 +263,6 @@ Expected<std::unique_ptr<Drafter>> make_drafter(SpecMode mode, const DrafterReso
 
 std::string drafter_description(SpecMode mode, const DflashModel* dflash,
                                 const Model* draft_model) {
-  // The choices of make_drafter, in its order.
   const std::string model_name =
       draft_model != nullptr ? "draft model " + draft_model->config().name : "";
   switch (mode) {
@@ -260,8 +275,15 @@ std::string drafter_description(SpecMode mode, const DflashModel* dflash,
     case SpecMode::kDraft:
       return draft_model != nullptr ? model_name : "none";
     case SpecMode::kAuto:
-      if (dflash != nullptr) return "dflash " + dflash->dir();
-      return draft_model != nullptr ? model_name : "ngram";
+      switch (auto_source(dflash != nullptr, draft_model != nullptr)) {
+        case AutoSource::kDflash:
+          return "dflash " + dflash->dir();
+        case AutoSource::kDraftModel:
+          return model_name;
+        case AutoSource::kNgram:
+          return "ngram";
+      }
+      return "ngram";
     default:
       return spec_mode_name(mode);
   }
