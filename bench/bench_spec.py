@@ -95,7 +95,8 @@ def spec_flags(mode: str, drafter: str | None) -> list[str]:
 
 
 def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: list[dict],
-              threads: int, drafter: str | None = None, device: str = "cpu") -> list[dict]:
+              threads: int, drafter: str | None = None, device: str = "cpu",
+              temperature: float = 0.0) -> list[dict]:
     """One process per mode and max_tokens value; one JSON result per prompt, in order."""
     results: dict[str, dict] = {}
     by_max = collections.defaultdict(list)
@@ -107,7 +108,7 @@ def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: lis
                 f.write(json.dumps({"prompt": p["messages"][0]["content"]}) + "\n")
             prompts_file = f.name
         cmd = [salvo, "run", "--model", model, "--prompts-file", prompts_file, "--json",
-               "--temperature", "0", "--seed", "1", "--max-tokens", str(max_tokens),
+               "--temperature", str(temperature), "--seed", "1", "--max-tokens", str(max_tokens),
                "--threads", str(threads), "--ctx", "2048", "--device", device,
                *spec_flags(mode, drafter)]
         # auto takes the draft model only where it exists (the GPU machine has none).
@@ -233,6 +234,8 @@ def main() -> None:
                     help="add dflash:{chain,best,adapter}:{8,16,32,64}")
     ap.add_argument("--skip-llama", action="store_true")
     ap.add_argument("--device", default="cpu", help="salvo's --device (cuda on the GPU machine)")
+    ap.add_argument("--temperature", type=float, default=0.0,
+                    help="salvo's sampling temperature (default 0: greedy; with top-k 40 above 0)")
     ap.add_argument("--json-out", help="write every per-prompt figure here")
     ap.add_argument("--reps", type=int, default=1, help="repetitions, interleaved prompt by prompt")
     ap.add_argument("--interleave", action="store_true",
@@ -273,7 +276,7 @@ def main() -> None:
         for mode in todo:
             print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
             results = run_salvo(args.salvo, model, draft, mode, prompts, args.threads,
-                                args.drafter, args.device)
+                                args.drafter, args.device, args.temperature)
             salvo[mode] = {p["id"]: [r] for p, r in zip(prompts, results)}
     elif todo:
         # Interleaved: prompt by prompt, every mode seconds apart, the order rotated per repetition.
@@ -284,7 +287,7 @@ def main() -> None:
                       flush=True)
                 for mode in order:
                     r = run_salvo(args.salvo, model, draft, mode, [p], args.threads,
-                                  args.drafter, args.device)[0]
+                                  args.drafter, args.device, args.temperature)[0]
                     salvo[mode].setdefault(p["id"], []).append(r)
                 if args.json_out:
                     pathlib.Path(args.json_out).write_text(json.dumps({"salvo": salvo, "llama": {}}))

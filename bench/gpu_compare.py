@@ -49,8 +49,14 @@ def main():
     for stem in stems:
         b = json.load(open(f"{work}/bench_{stem}.json"))
         if b.get("verify"):
-            print(f"{stem} verify ms by rows: " +
-                  ", ".join(f"{x['rows']}: {x['ms']:.3f} ({x['ratio_to_1']:.2f}x)" for x in b["verify"]))
+            # greedy passes return argmax ids; top: each row's 256 largest logits (sampling);
+            # logits: every logit copied to the host.
+            for key, label in (("ms", "greedy"), ("ms_top", "top-256"), ("ms_logits", "logits")):
+                one = b["verify"][0].get(key) or 0
+                if not one:
+                    continue
+                print(f"{stem} verify ({label}) ms by rows: " +
+                      ", ".join(f"{x['rows']}: {x[key]:.3f} ({x[key] / one:.2f}x)" for x in b["verify"]))
 
 
 if __name__ == "__main__":

@@ -22,10 +22,11 @@ if [ "${1:-}" = drafter ]; then
   cp /root/df/out/q_* $OUT/ && ls -la $OUT
   exit
 fi
-if [ "${1:-}" = spec ]; then
+if [ "${1:-}" = spec ]; then  # MODES, TEMP (sampling temperature) and LIMIT override
   python3 bench/bench_spec.py --model /root/w/qwen2.5-coder-1.5b.gguf --prompts /root/pack/prompts.jsonl \
     --salvo $W/build/salvo --device cuda --drafter "$2" --skip-llama \
-    --modes none dflash:chain:16 dflash:adapter:32 --limit 2 --max-tokens 192 --threads 4 | tee $OUT/spec.log
+    --modes ${MODES:-none dflash:chain:16 dflash:adapter:32} --limit ${LIMIT:-2} --max-tokens 192 \
+    --temperature ${TEMP:-0} --threads 4 | tee -a $OUT/spec.log
   exit
 fi
 for f in .gpu/up/*/*; do
@@ -85,6 +86,6 @@ echo "drafter pieces: $(ls /root/df/out 2>/dev/null | grep -c q_model) | spec: $
 cp /root/w/qwen2.5-coder-1.5b.log $W/train.log 2>/dev/null  # the trainer's progress
 logs=()
 for f in job.log matmul_bench.log tests.log ctest.log bench.log real_model.log prefill_profile.log \
-  decode_profile.log attention_ab.log dev.out spec.log spec.json train.log; do [ -f $W/$f ] && logs+=("$f"); done
+  decode_profile.log knobs_ab.log dev.out spec.log spec.json train.log; do [ -f $W/$f ] && logs+=("$f"); done
 [ ${#logs[@]} -gt 0 ] && tar czf $OUT/logs.tgz -C $W "${logs[@]}"
 exit 0

@@ -16,28 +16,31 @@ SALVO_BENCH_VARIANTS=${SALVO_BENCH_VARIANTS:-} $chk --phase bench --real /root/w
   --llamacpp /root/pack/llamacpp.tar.gz >$W/bench.log 2>&1
 echo "bench rc $? $(date +%T)"
 touch $W/bench.done
-# Attention A/B: the session-6 kernel (SALVO_CUDA_ATTENTION=serial) against the default,
-# alternated, on the real 1.5B and the random 7B shape: tg128 from an empty cache and the
-# k-row passes at a 512-token context (bench --verify).
+# The matmul slice knobs (SALVO_MMA_WARPS_PER_SM, SALVO_MMA_MIN_UNITS: warps per block along k,
+# a function of the shape alone, so every setting keeps the row invariance), alternated, on the
+# real 1.5B and the random 7B shape: tg128 from an empty cache and the k-row passes at a
+# 512-token context (bench --verify: greedy, top-256 and logits forms).
 for rep in 1 2; do
-  for a in serial default; do
+  for knobs in 24:1 48:1 96:1 24:2 12:1; do
     for m in /root/w/qwen2.5-coder-1.5b.gguf $W/models/qwen2.5-7b-q4_k_m.gguf; do
       [ -f $m ] || continue
-      SALVO_CUDA_ATTENTION=$a $W/build/salvo bench --device cuda --model $m -p 0 -n 128 -r 3 \
-        --verify --json >$W/ab_$(basename $m .gguf)_${a}_$rep.json 2>>$W/attention_ab.log
+      SALVO_MMA_WARPS_PER_SM=${knobs%:*} SALVO_MMA_MIN_UNITS=${knobs#*:} $W/build/salvo bench \
+        --device cuda --model $m -p 0 -n 128 -r 3 --verify --json \
+        >$W/ab_$(basename $m .gguf)_${knobs/:/-}_$rep.json 2>>$W/knobs_ab.log
     done
   done
 done
-python3 - $W >>$W/attention_ab.log 2>&1 <<'PY'
+python3 - $W >>$W/knobs_ab.log 2>&1 <<'PY'
 import glob, json, os, sys
 for f in sorted(glob.glob(os.path.join(sys.argv[1], "ab_*.json"))):
     d = json.load(open(f))
     tg = [r["tps_mean"] for r in d["results"] if r["test"].startswith("tg")]
-    v = {x["rows"]: x["ms"] for x in d.get("verify", [])}
+    v = {x["rows"]: x for x in d.get("verify", [])}
     print(os.path.basename(f), "tg128 %.1f" % tg[0],
-          " ".join("v%d %.3fms" % (k, v[k]) for k in (1, 4, 16, 64) if k in v))
+          " ".join("v%d %.3f/%.3f/%.3fms" % (k, v[k]["ms"], v[k].get("ms_top", 0), v[k].get("ms_logits", 0))
+                   for k in (1, 4, 16, 32, 64) if k in v))
 PY
-echo "attention A/B done $(date +%T)"
+echo "knobs A/B done $(date +%T)"
 models=""
 for name in smollm2-135m qwen2.5-coder-1.5b gemma3-270m; do
   [ -f /root/w/$name.gguf.ok ] && models+="${models:+:}/root/w/$name.gguf"

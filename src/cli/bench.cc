@@ -3,7 +3,8 @@
 // and reported as mean ± standard deviation. With --draft-model the draft model's tg<N> runs too
 // (on the same threads), since its cost per token against the target's decides whether
 // draft-model speculation can pay on this machine. --verify adds the cost of a k-row
-// verification pass against a 1-row pass (k = 1 ... 64) at a 512-token context.
+// verification pass against a 1-row pass (k = 1 ... 64) at a 512-token context, for each form a
+// pass may return (argmax ids, the largest logits of each row, every logit).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -17,6 +18,7 @@
 #include "cli/commands.h"
 #include "cli/device.h"
 #include "engine/engine.h"
+#include "engine/pass_output.h"
 #include "models/kv_cache.h"
 #include "util/memory.h"
 
@@ -92,15 +94,17 @@ double time_generation(Model& model, ThreadPool& pool, KvCache& kv,
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
-// Mean milliseconds of a forward pass over a k-row chain behind `context` committed tokens.
-// Nothing is committed, so every repetition does the same work.
-double time_verify_pass(Engine& e, KvCache& kv, int context, int k, int reps) {
+// Mean milliseconds of a forward pass over a k-row chain behind `context` committed tokens,
+// returning what a verification of that form reads: argmax ids (greedy), each row's largest
+// logits (top-k sampling on a device) or the logits. Nothing is committed, so every repetition
+// does the same work.
+double time_verify_pass(Engine& e, KvCache& kv, int context, int k, int reps, LogitsForm form) {
   const auto ids = bench_tokens(k, e.model().config().n_vocab);
   TokenBatch batch;
   batch.add_chain(ids.data(), k, context, 0, /*logits_last_only=*/false);
-  std::vector<float> logits;
+  PassOutput output;
   auto pass = [&] {
-    Status st = e.model().forward(e.pool(), batch, kv, logits);
+    Status st = output.run(e.model(), e.pool(), batch, kv, form, nullptr);
     if (!st.ok()) throw CliError(st.message());
   };
   pass();  // warm-up (and, on CUDA, graph capture for this shape)
@@ -110,6 +114,11 @@ double time_verify_pass(Engine& e, KvCache& kv, int context, int k, int reps) {
              .count() /
          reps;
 }
+
+struct VerifyTime {
+  int rows;
+  double greedy_ms, top_ms, logits_ms;
+};
 
 void bench(const BenchOptions& o) {
   const std::string path = resolve_model(o.model);
@@ -154,7 +163,7 @@ void bench(const BenchOptions& o) {
     }
   }
 
-  std::vector<std::pair<int, double>> verify_ms;  // (rows, ms per pass)
+  std::vector<VerifyTime> verify_ms;
   if (o.verify) {
     constexpr int kContext = 512;
     KvCache kv(c, 1, kContext + 64);
@@ -166,8 +175,12 @@ void bench(const BenchOptions& o) {
       throw CliError(st.message());
     }
     kv.commit_prefix(0, kContext);
+    const bool top = c.n_vocab >= kTopLogits;
     for (int k : {1, 2, 4, 8, 16, 32, 64}) {
-      verify_ms.emplace_back(k, time_verify_pass(e, kv, kContext, k, 10 * o.reps));
+      const int reps = 10 * o.reps;
+      verify_ms.push_back({k, time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kArgmax),
+                           top ? time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kTop) : 0.0,
+                           time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kLogits)});
     }
   }
 
@@ -196,8 +209,13 @@ void bench(const BenchOptions& o) {
       out["results"].push_back(
           {{"test", f.test}, {"tps_mean", f.mean()}, {"tps_std", f.stddev()}, {"tps", f.tps}});
     }
-    for (const auto& [k, ms] : verify_ms) {
-      out["verify"].push_back({{"rows", k}, {"ms", ms}, {"ratio_to_1", ms / verify_ms[0].second}});
+    for (const VerifyTime& v : verify_ms) {
+      out["verify"].push_back({{"rows", v.rows},
+                               {"ms", v.greedy_ms},
+                               {"ratio_to_1", v.greedy_ms / verify_ms[0].greedy_ms},
+                               {"ms_top", v.top_ms},
+                               {"ms_logits", v.logits_ms},
+                               {"logits_ratio_to_1", v.logits_ms / verify_ms[0].logits_ms}});
     }
     std::printf("%s\n", out.dump().c_str());
     return;
@@ -214,9 +232,16 @@ void bench(const BenchOptions& o) {
     std::printf("decode reads weights at %.1f GB/s\n", bytes_per_token * tg_tps / 1e9);
   }
   if (!verify_ms.empty()) {
-    std::printf("\n| rows | ms per pass | ratio to 1 row |\n| ---: | ---: | ---: |\n");
-    for (const auto& [k, ms] : verify_ms) {
-      std::printf("| %d | %.3f | %.2f |\n", k, ms, ms / verify_ms[0].second);
+    // greedy: argmax ids back (temperature-0 verification); top: each row's kTopLogits largest
+    // logits (sampled verification where the backend selects them); logits: every logit.
+    std::printf(
+        "\n| rows | greedy ms | ratio to 1 row | top-%d ms | logits ms | ratio to 1 row |\n"
+        "| ---: | ---: | ---: | ---: | ---: | ---: |\n",
+        kTopLogits);
+    for (const VerifyTime& v : verify_ms) {
+      std::printf("| %d | %.3f | %.2f | %.3f | %.3f | %.2f |\n", v.rows, v.greedy_ms,
+                  v.greedy_ms / verify_ms[0].greedy_ms, v.top_ms, v.logits_ms,
+                  v.logits_ms / verify_ms[0].logits_ms);
     }
   }
 }

@@ -237,6 +237,11 @@ bool Sequence::argmax_suffices() const {
   return sampler_->argmax_suffices();
 }
 
+bool Sequence::top_logits_suffice(int k) const {
+  SALVO_CHECK(active());
+  return sampler_->top_logits_suffice(k);
+}
+
 void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden) {
   SALVO_CHECK(active());
   GenerationStats& stats = result_.stats;

@@ -119,8 +119,13 @@ class Sequence {
   // (temperature 0, no repetition penalty): the owner may run Model::forward_argmax and hand
   // finish_pass the ids. Valid while active().
   bool argmax_suffices() const;
+  // True when every logit row this sequence asks for is sampled from that row's k largest
+  // logits alone (Sampler::top_logits_suffice): the owner may run Model::forward_top. Valid
+  // while active().
+  bool top_logits_suffice(int k) const;
   // `rows`: this sequence's rows that wanted logits in the last pass ([rows, n_vocab] logits,
-  // or their argmax ids when argmax_suffices()).
+  // their argmax ids when argmax_suffices(), or their k largest logits when
+  // top_logits_suffice(k)).
   // `pass_ms`: the time of that pass (what the speculation policy weighs drafting against).
   // `hidden`: the whole batch's hidden states when it asked for them
   // ([batch rows, hidden_layers.size() * n_embd]); the sequence reads its own rows.

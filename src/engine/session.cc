@@ -21,16 +21,15 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
     batch_.clear();
     sequence_.add_rows(batch_, prefill_chunk_);
     const auto pass_start = Clock::now();
-    // Greedy decoding reads only each row's argmax: a device backend then returns the ids.
-    const bool ids_only = sequence_.argmax_suffices();
-    const Status st = ids_only ? model_.forward_argmax(pool_, batch_, kv_, argmax_, &hidden_)
-                               : model_.forward(pool_, batch_, kv_, logits_, &hidden_);
-    if (!st.ok()) {
+    // Greedy decoding reads only each row's argmax, top-k sampling its largest logits: a device
+    // backend then returns those instead of the logits.
+    const LogitsForm form = PassOutput::choose(model_, sequence_.argmax_suffices(),
+                                               sequence_.top_logits_suffice(kTopLogits));
+    if (const Status st = output_.run(model_, pool_, batch_, kv_, form, &hidden_); !st.ok()) {
       sequence_.abort_pass();
       return st;
     }
-    const LogitRows rows = ids_only ? LogitRows{.logits = {}, .argmax = argmax_}
-                                    : LogitRows{.logits = logits_, .argmax = {}};
+    const LogitRows rows = output_.rows(0, output_.n_rows());
     sequence_.finish_pass(
         rows, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
         batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_));

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/pass_output.h"
 #include "engine/sequence.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
@@ -36,8 +37,7 @@ class Session {
   KvCache kv_;
   int prefill_chunk_;
   Sequence sequence_;  // seq 0 of kv_
-  std::vector<float> logits_;
-  std::vector<int32_t> argmax_;  // the pass's ids when greedy decoding reads nothing else
+  PassOutput output_;
   std::vector<float> hidden_;
   TokenBatch batch_;
 };

@@ -1,5 +1,6 @@
 #include "models/model.h"
 
+#include <algorithm>
 #include <string>
 
 #include "models/architectures.h"
@@ -35,6 +36,37 @@ void Model::forward_layers_argmax(ThreadPool& pool, const TokenBatch& batch, KvC
   argmax.resize(argmax_logits_.size() / n_vocab);
   for (size_t r = 0; r < argmax.size(); ++r) {
     argmax[r] = ops::argmax(argmax_logits_.data() + r * n_vocab, config_.n_vocab);
+  }
+}
+
+Status Model::forward_top(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, int k,
+                          std::vector<int32_t>& ids, std::vector<float>& values,
+                          std::vector<float>* hidden) {
+  if (k <= 0 || k > config_.n_vocab || k > kMaxTopLogits) {
+    return Status::error("forward_top: k = " + std::to_string(k) + " is outside [1, " +
+                         std::to_string(std::min(config_.n_vocab, kMaxTopLogits)) + "]");
+  }
+  float* hidden_rows = nullptr;
+  SALVO_RETURN_IF_ERROR(prepare_pass(batch, kv, hidden, &hidden_rows));
+  forward_layers_top(pool, batch, kv, k, ids, values, hidden_rows);
+  const size_t n = static_cast<size_t>(batch.n_logit_rows()) * k;
+  SALVO_CHECK(ids.size() == n && values.size() == n);
+  for (int32_t id : ids)
+    SALVO_CHECK_MSG(id >= 0 && id < config_.n_vocab, "top-logit id out of range");
+  return Status();
+}
+
+void Model::forward_layers_top(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, int k,
+                               std::vector<int32_t>& ids, std::vector<float>& values,
+                               float* hidden) {
+  forward_layers(pool, batch, kv, argmax_logits_, hidden);
+  const size_t n_vocab = static_cast<size_t>(config_.n_vocab);
+  const size_t rows = argmax_logits_.size() / n_vocab;
+  ids.resize(rows * k);
+  values.resize(rows * k);
+  for (size_t r = 0; r < rows; ++r) {
+    ops::top_logits(argmax_logits_.data() + r * n_vocab, config_.n_vocab, k, ids.data() + r * k,
+                    values.data() + r * k);
   }
 }
 

@@ -44,6 +44,19 @@ class Model {
   Status forward_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                         std::vector<int32_t>& argmax, std::vector<float>* hidden = nullptr);
 
+  // forward() for a caller that samples each logit row from its k largest logits alone
+  // (Sampler::top_logits_suffice(k)): for every row with want_logits, in row order, `ids` and
+  // `values` get that row's k largest logits ([n_logit_rows, k]), the set ops::top_logits
+  // selects, in any order within the row. 0 < k <= min(n_vocab, kMaxTopLogits). A device
+  // backend selects them there and copies back 2k numbers a row instead of n_vocab.
+  static constexpr int kMaxTopLogits = 1024;
+  Status forward_top(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, int k,
+                     std::vector<int32_t>& ids, std::vector<float>& values,
+                     std::vector<float>* hidden = nullptr);
+  // Whether forward_top saves work over forward() here (a device backend: the copy of the
+  // logits); on the CPU the sampler reads the logits where they are.
+  virtual bool selects_top_logits() const { return false; }
+
   // Whether forward() can return hidden states (batch.hidden_layers).
   virtual bool returns_hidden_states() const { return true; }
   // The token embedding table and the LM head ([n_vocab, n_embd] each) for drafters that share
@@ -59,6 +72,10 @@ class Model {
   // forward_argmax's pass. This default runs forward_layers and reduces each row on the host.
   virtual void forward_layers_argmax(ThreadPool& pool, const TokenBatch& batch, KvCache& kv,
                                      std::vector<int32_t>& argmax, float* hidden);
+  // forward_top's pass. This default runs forward_layers and selects on the host.
+  virtual void forward_layers_top(ThreadPool& pool, const TokenBatch& batch, KvCache& kv, int k,
+                                  std::vector<int32_t>& ids, std::vector<float>& values,
+                                  float* hidden);
   // For a model that runs another's weights elsewhere: the same config, file and figures.
   void share_file_and_config(const Model& other) {
     config_ = other.config_;
@@ -77,7 +94,7 @@ class Model {
   // `hidden`; *hidden_rows: its data, or null when the batch asks for no hidden states.
   Status prepare_pass(const TokenBatch& batch, KvCache& kv, std::vector<float>* hidden,
                       float** hidden_rows);
-  std::vector<float> argmax_logits_;  // forward_layers_argmax's logits on the host
+  std::vector<float> argmax_logits_;  // forward_layers_argmax/_top's logits on the host
 };
 
 // Loads any supported architecture; the error names what is missing or unsupported.

@@ -31,6 +31,10 @@ void embed(const WeightView& table, const int32_t* tokens, int64_t n, float* out
 // Index of the largest of x[0..n) with ties to the lowest index, the greedy rule every backend
 // follows (NaNs are skipped); -1 when every element is -inf or NaN.
 int32_t argmax(const float* x, int64_t n);
+// The k largest of x[0..n) (0 < k <= n) in rank order: larger first, the lower index first among
+// equal values (-0 equals +0), NaN below everything. Their indices go to ids[k] and values to
+// values[k]. Model::forward_top's rule; a device backend selects the same set (in any order).
+void top_logits(const float* x, int64_t n, int k, int32_t* ids, float* values);
 
 // Where each batch row's K/V sit: the slot behind the committed rows of its sequence, in batch
 // order, and the batch rows of each sequence (for the tree mask).

@@ -184,7 +184,18 @@ float Sampler::select_candidates(const float* logits) {
   float max_logit = -std::numeric_limits<float>::infinity();
   for (int32_t token = 0; token < n_vocab_; ++token) max_logit = std::max(max_logit, logits[token]);
   SALVO_CHECK_MSG(std::isfinite(max_logit), "logits are all -inf/NaN or contain +inf");
+  const float threshold = candidate_threshold(max_logit);
+  Candidate* candidates = candidates_.data();
+  size_t count = 0;
+  for (int32_t token = 0; token < n_vocab_; ++token) {
+    candidates[count] = {token, logits[token]};
+    count += logits[token] >= threshold ? 1 : 0;
+  }
+  truncate_candidates(max_logit, count);
+  return max_logit;
+}
 
+float Sampler::candidate_threshold(float max_logit) const {
   const double temperature = params_.temperature;
   const bool top_p_active = params_.top_p < 1.0f;
   // min-p keeps p_i >= min_p * p_max, i.e. logit_i >= max_logit + T * log(min_p): a plain logit
@@ -194,16 +205,34 @@ float Sampler::select_candidates(const float* logits) {
   if (!top_p_active && params_.min_p > 0.0f) {
     log_ratio_floor = std::max(log_ratio_floor, std::log(static_cast<double>(params_.min_p)));
   }
-  const float threshold = float_at_or_above(max_logit + temperature * log_ratio_floor);
+  return float_at_or_above(max_logit + temperature * log_ratio_floor);
+}
 
-  Candidate* candidates = candidates_.data();
+// The candidates select_candidates() finds are the tokens at or above a threshold; those are
+// all among the row's k largest unless all k pass it, and then there are more than top_k of
+// them (top_k < k) and top-k keeps the first top_k in rank order, which the k largest hold. Put
+// in token order, they are select_candidates()'s array, so the later stages see the same input.
+float Sampler::select_top_candidates(std::span<const int32_t> ids, std::span<const float> values) {
+  SALVO_CHECK(ids.size() == values.size() && top_logits_suffice(static_cast<int>(ids.size())));
+  float max_logit = -std::numeric_limits<float>::infinity();
+  for (float v : values) max_logit = std::max(max_logit, v);
+  SALVO_CHECK_MSG(std::isfinite(max_logit), "logits are all -inf/NaN or contain +inf");
+  const float threshold = candidate_threshold(max_logit);
   size_t count = 0;
-  for (int32_t token = 0; token < n_vocab_; ++token) {
-    candidates[count] = {token, logits[token]};
-    count += logits[token] >= threshold ? 1 : 0;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    SALVO_CHECK(ids[i] >= 0 && ids[i] < n_vocab_);
+    if (values[i] >= threshold) candidates_[count++] = {ids[i], values[i]};
   }
-  num_candidates_ = count;
+  std::sort(candidates_.begin(), candidates_.begin() + count,
+            [](const Candidate& a, const Candidate& b) { return a.token < b.token; });
+  truncate_candidates(max_logit, count);
+  return max_logit;
+}
 
+void Sampler::truncate_candidates(float max_logit, size_t count) {
+  Candidate* candidates = candidates_.data();
+  const bool top_p_active = params_.top_p < 1.0f;
+  num_candidates_ = count;
   bool sorted = false;
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < count) {
     std::partial_sort(candidates, candidates + params_.top_k, candidates + count,
@@ -218,7 +247,6 @@ float Sampler::select_candidates(const float* logits) {
     apply_top_p(max_logit, sorted);
     apply_min_p(max_logit);
   }
-  return max_logit;
 }
 
 void Sampler::apply_top_p(float max_logit, bool sorted) {
@@ -322,9 +350,25 @@ int32_t Sampler::sample_row(const LogitRows& rows, int32_t row, int64_t position
     SALVO_CHECK((static_cast<size_t>(row) + 1) * n <= rows.logits.size());
     return sample(rows.logits.subspan(row * n, n), position, history);
   }
+  if (rows.top_count > 0) {
+    const size_t k = static_cast<size_t>(rows.top_count);
+    SALVO_CHECK((static_cast<size_t>(row) + 1) * k <= rows.top_ids.size() &&
+                rows.top_ids.size() == rows.top_values.size());
+    return sample_top(rows.top_ids.subspan(row * k, k), rows.top_values.subspan(row * k, k),
+                      position);
+  }
   SALVO_CHECK_MSG(argmax_suffices(), "argmax ids given to a sampler that needs the logits");
   SALVO_CHECK(static_cast<size_t>(row) < rows.argmax.size());
   return rows.argmax[row];
+}
+
+int32_t Sampler::sample_top(std::span<const int32_t> ids, std::span<const float> values,
+                            int64_t position) {
+  SALVO_CHECK(position >= 0);
+  SALVO_CHECK_MSG(top_logits_suffice(static_cast<int>(ids.size())),
+                  "top logits given to a sampler that needs the whole row");
+  select_top_candidates(ids, values);
+  return gumbel_pick(position);
 }
 
 int32_t Sampler::sample(std::span<const float> logits, int64_t position,
@@ -334,7 +378,10 @@ int32_t Sampler::sample(std::span<const float> logits, int64_t position,
   const float* processed = apply_penalties(logits, history);
   if (is_greedy()) return argmax(processed, n_vocab_);
   select_candidates(processed);
+  return gumbel_pick(position);
+}
 
+int32_t Sampler::gumbel_pick(int64_t position) const {
   // Gumbel-max: argmax_i logit_i / T + g_i samples exactly from softmax(logit / T) over the
   // candidates. Scores are in double and ties go to the lowest id, so the winner is a fixed
   // function of (seed, position, logits) whatever order the candidates are visited in.

@@ -51,9 +51,14 @@ double gumbel_noise(uint64_t seed, int64_t position, int32_t token);
 // What a forward pass returned for the logit rows of one sequence: the logits
 // [rows, n_vocab], or, when the sequence's sampler only takes each row's argmax
 // (Sampler::argmax_suffices), those argmax ids [rows] alone (Model::forward_argmax).
+// Or, when the sampler needs only each row's k largest logits (Sampler::top_logits_suffice(k)),
+// those ([rows, k] ids and values, Model::forward_top).
 struct LogitRows {
-  std::span<const float> logits;
-  std::span<const int32_t> argmax;  // used when logits is empty
+  std::span<const float> logits{};
+  std::span<const int32_t> argmax{};  // used when logits is empty and top_count is 0
+  std::span<const int32_t> top_ids{};
+  std::span<const float> top_values{};
+  int32_t top_count = 0;  // k: entries a row has in top_ids / top_values
 
   bool has_logits() const { return !logits.empty(); }
 };
@@ -79,9 +84,14 @@ class Sampler {
                                                  std::span<const int32_t> history);
 
   // sample() on row `row` of `rows`; from argmax ids, the id itself (then argmax_suffices()
-  // must hold, which makes it the token sample() would pick from that row's logits).
+  // must hold, which makes it the token sample() would pick from that row's logits); from a
+  // row's k largest logits, sample_top() (then top_logits_suffice(k) must hold).
   int32_t sample_row(const LogitRows& rows, int32_t row, int64_t position,
                      std::span<const int32_t> history);
+
+  // The token sample() picks from a row whose k largest logits (ops::top_logits's set, in any
+  // order) are ids / values; requires top_logits_suffice(k).
+  int32_t sample_top(std::span<const int32_t> ids, std::span<const float> values, int64_t position);
 
   const SamplingParams& params() const { return params_; }
   int32_t n_vocab() const { return n_vocab_; }
@@ -91,6 +101,12 @@ class Sampler {
   // True when sample() is the argmax of the raw logits (greedy, no repetition penalty), so a
   // pass may return argmax ids instead of logits.
   bool argmax_suffices() const { return is_greedy() && !penalties_active_; }
+  // True when sample() reads only a row's k largest logits: sampling (not greedy) with top-k
+  // below k and no repetition penalty. Every later stage (top-p, min-p, the Gumbel race) runs
+  // on the top-k survivors, so a pass may return those k (Model::forward_top).
+  bool top_logits_suffice(int k) const {
+    return !is_greedy() && !penalties_active_ && params_.top_k > 0 && params_.top_k < k;
+  }
 
  private:
   struct Candidate {
@@ -103,6 +119,16 @@ class Sampler {
   const float* apply_penalties(std::span<const float> logits, std::span<const int32_t> history);
   // Leaves the surviving candidates in candidates_ and returns the largest logit among them.
   float select_candidates(const float* logits);
+  // The lowest logit a candidate may have: 42 temperature units below the best, or min-p's
+  // floor where min-p runs in the first scan.
+  float candidate_threshold(float max_logit) const;
+  // select_candidates() from a row's k largest logits alone (top_logits_suffice(k)).
+  float select_top_candidates(std::span<const int32_t> ids, std::span<const float> values);
+  // top-k, top-p and min-p on the first `count` candidates (those within the pruning threshold,
+  // in token order).
+  void truncate_candidates(float max_logit, size_t count);
+  // The Gumbel race among the surviving candidates at `position`.
+  int32_t gumbel_pick(int64_t position) const;
   void apply_top_p(float max_logit, bool sorted);
   void apply_min_p(float max_logit);
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "engine/pass_output.h"
 #include "util/check.h"
 
 namespace salvo::server {
@@ -138,10 +139,9 @@ void Scheduler::finalize(Slot& slot) {
 
 void Scheduler::run() {
   TokenBatch batch;
-  std::vector<float> logits, hidden;
-  std::vector<int32_t> argmax;
+  std::vector<float> hidden;
+  PassOutput output;
   std::vector<int> order;  // slots in the order their rows entered the batch
-  const int n_vocab = engine_.model().config().n_vocab;
   while (true) {
     bool past_grace = false;
     {
@@ -195,13 +195,16 @@ void Scheduler::run() {
     if (batch.empty()) continue;
 
     const auto pass_start = Clock::now();
-    // When every sequence of the pass decodes greedily, only each row's argmax is read: a
-    // device backend then returns the ids instead of the logits.
-    const bool ids_only = std::all_of(order.begin(), order.end(),
-                                      [&](int i) { return slots_[i].sequence->argmax_suffices(); });
-    Status status =
-        ids_only ? engine_.model().forward_argmax(engine_.pool(), batch, kv_, argmax, &hidden)
-                 : engine_.model().forward(engine_.pool(), batch, kv_, logits, &hidden);
+    // When every sequence of the pass decodes greedily, only each row's argmax is read (with
+    // top-k sampling, each row's largest logits): a device backend then returns those alone.
+    const auto all = [&](auto&& pred) {
+      return std::all_of(order.begin(), order.end(),
+                         [&](int i) { return pred(*slots_[i].sequence); });
+    };
+    const LogitsForm form = PassOutput::choose(
+        engine_.model(), all([](const Sequence& s) { return s.argmax_suffices(); }),
+        all([](const Sequence& s) { return s.top_logits_suffice(kTopLogits); }));
+    Status status = output.run(engine_.model(), engine_.pool(), batch, kv_, form, &hidden);
     const double pass_ms =
         std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count();
     metrics_.record_pass(batch.size(), static_cast<int>(order.size()));
@@ -215,17 +218,11 @@ void Scheduler::run() {
         slot.job = nullptr;
         continue;
       }
-      const size_t n = static_cast<size_t>(slot.logit_rows) * (ids_only ? 1 : n_vocab);
-      SALVO_CHECK(offset + n <= (ids_only ? argmax.size() : logits.size()));
-      const LogitRows rows =
-          ids_only ? LogitRows{.logits = {},
-                               .argmax = std::span<const int32_t>(argmax.data() + offset, n)}
-                   : LogitRows{.logits = std::span<const float>(logits.data() + offset, n),
-                               .argmax = {}};
+      const LogitRows rows = output.rows(static_cast<int>(offset), slot.logit_rows);
       slot.sequence->finish_pass(
           rows, pass_ms,
           batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden));
-      offset += n;
+      offset += slot.logit_rows;
       if (slot.sequence->done()) finalize(slot);
     }
   }

@@ -1,6 +1,6 @@
-// Model::forward_argmax on the CPU backend: for every row that wants logits, the index that
-// std::max_element (first maximum, so ties go to the lowest index) finds in forward()'s logits
-// for the same pass, over a prefill and a draft tree on the real models.
+// Model::forward_argmax (and forward_top) on the CPU backend: for every row that wants logits, the
+// index that std::max_element (first maximum, so ties go to the lowest index) finds in forward()'s
+// logits for the same pass, over a prefill and a draft tree on the real models.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "models/model.h"
+#include "ops/ops.h"
 
 namespace salvo {
 namespace {
@@ -55,11 +56,34 @@ TEST_P(ForwardArgmax, EqualsArgmaxOfLogits) {
     }
     ASSERT_TRUE(m.forward(pool, *batch, kv_logits, logits).ok());
     ASSERT_TRUE(m.forward_argmax(pool, *batch, kv_ids, ids).ok());
+    // forward_top: each logit row's k largest, the set ops::top_logits picks from the logits.
+    constexpr int kTop = 64;
+    std::vector<int32_t> top_ids;
+    std::vector<float> top_values;
+    KvCache kv_top(m.config(), 1, 64);
+    if (batch == &tree) {
+      std::vector<float> prefill_logits;
+      ASSERT_TRUE(m.forward(pool, prefill, kv_top, prefill_logits).ok());
+      kv_top.commit_prefix(0, p);
+    }
+    ASSERT_TRUE(m.forward_top(pool, *batch, kv_top, kTop, top_ids, top_values).ok());
+    ASSERT_EQ(top_ids.size(), static_cast<size_t>(batch->n_logit_rows()) * kTop);
+    EXPECT_FALSE(m.forward_top(pool, *batch, kv_top, 0, top_ids, top_values).ok());
+    EXPECT_FALSE(m.forward_top(pool, *batch, kv_top, n_vocab + 1, top_ids, top_values).ok());
     ASSERT_EQ(ids.size(), static_cast<size_t>(batch->n_logit_rows()));
     ASSERT_EQ(logits.size(), ids.size() * n_vocab);
     for (size_t r = 0; r < ids.size(); ++r) {
       const float* row = logits.data() + r * n_vocab;
       EXPECT_EQ(ids[r], std::max_element(row, row + n_vocab) - row) << "row " << r;
+      std::vector<int32_t> want_ids(kTop);
+      std::vector<float> want_values(kTop);
+      ops::top_logits(row, n_vocab, kTop, want_ids.data(), want_values.data());
+      const std::vector<int32_t> got_ids(top_ids.begin() + r * kTop,
+                                         top_ids.begin() + (r + 1) * kTop);
+      const std::vector<float> got_values(top_values.begin() + r * kTop,
+                                          top_values.begin() + (r + 1) * kTop);
+      EXPECT_EQ(got_ids, want_ids) << "row " << r;
+      EXPECT_EQ(got_values, want_values) << "row " << r;
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "ops/ops.h"
 #include "sampling/philox.h"
 #include "sampling/sampler.h"
 #include "sampling/stop_strings.h"
@@ -234,6 +235,85 @@ TEST(SamplerTest, SameSeedAndPositionGiveSameToken) {
     differences += other_seed.sample(logits, position, {}) != tokens[position];
   }
   EXPECT_GT(differences, 100);
+}
+
+// A row's k largest logits (ops::top_logits, shuffled: a device returns them in any order) give
+// the token the whole row gives, whenever top_logits_suffice(k): over flat and peaked rows,
+// rows with ties and -inf, and every truncation the parameters allow.
+TEST(SamplerTest, TopLogitsGiveTheTokenOfTheWholeRow) {
+  constexpr int kVocab = 3000, kTop = 64;
+  std::mt19937 rng(5);
+  int checked = 0;
+  for (int shape = 0; shape < 4; ++shape) {
+    std::vector<float> row = random_logits(kVocab, 100 + shape, shape == 0 ? 0.3f : 3.0f);
+    if (shape == 2) {  // ties around the top-k boundary, and masked tokens
+      for (int i = 0; i < kVocab; i += 3) row[i] = std::round(row[i]);
+      for (int i = 0; i < kVocab; i += 7) row[i] = -std::numeric_limits<float>::infinity();
+    }
+    if (shape == 3) row[17] = 40.0f;  // one dominant token
+    std::vector<int32_t> ids(kTop);
+    std::vector<float> values(kTop);
+    ops::top_logits(row.data(), kVocab, kTop, ids.data(), values.data());
+    std::vector<int> order(kTop);
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    std::vector<int32_t> shuffled_ids(kTop);
+    std::vector<float> shuffled_values(kTop);
+    for (int j = 0; j < kTop; ++j) {
+      shuffled_ids[j] = ids[order[j]];
+      shuffled_values[j] = values[order[j]];
+    }
+    for (float temperature : {0.3f, 0.8f, 1.0f, 2.5f}) {
+      for (int top_k : {2, 40, 63}) {
+        for (float top_p : {0.5f, 0.95f, 1.0f}) {
+          for (float min_p : {0.0f, 0.05f}) {
+            SamplingParams params;
+            params.temperature = temperature;
+            params.top_k = top_k;
+            params.top_p = top_p;
+            params.min_p = min_p;
+            params.seed = 7;
+            Sampler dense(params, kVocab), sparse(params, kVocab);
+            ASSERT_TRUE(sparse.top_logits_suffice(kTop));
+            for (int64_t position = 0; position < 20; ++position) {
+              ASSERT_EQ(sparse.sample_top(shuffled_ids, shuffled_values, position),
+                        dense.sample(row, position, {}))
+                  << "shape " << shape << " T " << temperature << " top_k " << top_k << " top_p "
+                  << top_p << " min_p " << min_p << " position " << position;
+              ++checked;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_EQ(checked, 4 * 4 * 3 * 3 * 2 * 20);
+}
+
+TEST(SamplerTest, TopLogitsSufficeOnlyForTopKBelowKWithoutPenalties) {
+  SamplingParams params;  // temperature 0.8, top_k 40
+  EXPECT_TRUE(Sampler(params, 100).top_logits_suffice(64));
+  EXPECT_FALSE(Sampler(params, 100).top_logits_suffice(40));  // top_k must be below k
+  params.top_k = 0;
+  EXPECT_FALSE(Sampler(params, 100).top_logits_suffice(64));
+  params.top_k = 40;
+  params.repeat_penalty = 1.1f;
+  EXPECT_FALSE(Sampler(params, 100).top_logits_suffice(64));
+  params.repeat_penalty = 1.0f;
+  params.temperature = 0.0f;  // greedy passes return argmax ids instead
+  EXPECT_FALSE(Sampler(params, 100).top_logits_suffice(64));
+}
+
+TEST(OpsTest, TopLogitsAreTheLargestInRankOrder) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  const std::vector<float> x = {1.0f, nan, 3.0f, -0.0f, 3.0f, 0.0f, -inf, 2.0f};
+  std::vector<int32_t> ids(7);
+  std::vector<float> values(7);
+  ops::top_logits(x.data(), 8, 7, ids.data(), values.data());
+  // 3 (ids 2, 4), 2, 1, then -0 and +0 as equals (lower id first), -inf; NaN last, left out.
+  EXPECT_EQ(ids, (std::vector<int32_t>{2, 4, 7, 0, 3, 5, 6}));
+  EXPECT_EQ(values[6], -inf);
 }
 
 // Pruning far-below tokens and skipping logarithms must not change the winner: compare with

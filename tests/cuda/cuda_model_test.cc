@@ -19,6 +19,7 @@
 #include "engine/engine.h"
 #include "engine/session.h"
 #include "models/model.h"
+#include "sampling/sampler.h"
 
 namespace salvo {
 namespace {
@@ -234,24 +235,82 @@ TEST_F(CudaModelTest, SpeculationDoesNotChangeTokens) {
     std::vector<int32_t> prompt;
     const auto base = prompt_tokens(12, e.model().config().n_vocab);
     for (int i = 0; i < 4; ++i) prompt.insert(prompt.end(), base.begin(), base.end());
-    std::vector<std::vector<int32_t>> outputs;
-    for (SpecMode mode : {SpecMode::kNone, SpecMode::kNgram}) {
-      GenerateRequest request;
-      request.prompt = prompt;
-      request.max_tokens = 48;
-      request.sampling.temperature = 0.0f;
-      request.ignore_eos = true;
-      request.spec.mode = mode;
-      Session session(e.model(), e.tokenizer(), e.pool(), 512);
-      auto result = session.generate(request, [](const std::string&) { return true; });
-      ASSERT_TRUE(result.ok()) << result.status().message();
-      std::printf("%s: spec %s: %d tokens in %d passes, %d drafted nodes accepted %d\n",
-                  path.c_str(), mode == SpecMode::kNone ? "none" : "ngram",
-                  result->stats.generated_tokens, result->stats.forward_passes,
-                  result->stats.drafted_nodes, result->stats.accepted_draft_tokens);
-      outputs.push_back(result->tokens);
+    // Temperature 0 passes return argmax ids; 0.8 with top-k 40 each row's largest logits
+    // (forward_top); with a repetition penalty the whole logits.
+    for (const float temperature : {0.0f, 0.8f}) {
+      for (const float penalty : {1.0f, 1.1f}) {
+        std::vector<std::vector<int32_t>> outputs;
+        for (SpecMode mode : {SpecMode::kNone, SpecMode::kNgram}) {
+          GenerateRequest request;
+          request.prompt = prompt;
+          request.max_tokens = 48;
+          request.sampling.temperature = temperature;
+          request.sampling.repeat_penalty = penalty;
+          request.sampling.seed = 5;
+          request.ignore_eos = true;
+          request.spec.mode = mode;
+          Session session(e.model(), e.tokenizer(), e.pool(), 512);
+          auto result = session.generate(request, [](const std::string&) { return true; });
+          ASSERT_TRUE(result.ok()) << result.status().message();
+          std::printf(
+              "%s: T %.1f penalty %.1f spec %s: %d tokens in %d passes, %d drafted nodes "
+              "accepted %d\n",
+              path.c_str(), temperature, penalty, mode == SpecMode::kNone ? "none" : "ngram",
+              result->stats.generated_tokens, result->stats.forward_passes,
+              result->stats.drafted_nodes, result->stats.accepted_draft_tokens);
+          outputs.push_back(result->tokens);
+        }
+        EXPECT_EQ(outputs[0], outputs[1]) << "T " << temperature << " penalty " << penalty;
+      }
     }
-    EXPECT_EQ(outputs[0], outputs[1]);
+  }
+}
+
+// A sampled session on CUDA (each pass returns its rows' 256 largest logits) picks the tokens
+// that the sampler picks from the whole logits of the same passes.
+TEST_F(CudaModelTest, SampledSessionEqualsSamplingLoopOverLogits) {
+  for (const std::string& path : models_) {
+    SCOPED_TRACE(path);
+    auto engine = Engine::load(path, {.threads = 2,
+                                      .draft_model_path = {},
+                                      .placement = cuda::to_device,
+                                      .drafter_dir = {},
+                                      .find_drafter = false,
+                                      .drafter_placement = {}});
+    ASSERT_TRUE(engine.ok()) << engine.status().message();
+    Engine& e = **engine;
+    const int n_vocab = e.model().config().n_vocab;
+    const auto prompt = prompt_tokens(30, n_vocab);
+    constexpr int kTokens = 24;
+    GenerateRequest request;
+    request.prompt = prompt;
+    request.max_tokens = kTokens;
+    request.sampling.temperature = 0.8f;
+    request.sampling.top_k = 40;
+    request.sampling.seed = 11;
+    request.ignore_eos = true;
+    request.spec.mode = SpecMode::kNone;
+    Session session(e.model(), e.tokenizer(), e.pool(), 256);
+    auto result = session.generate(request, [](const std::string&) { return true; });
+    ASSERT_TRUE(result.ok()) << result.status().message();
+
+    Sampler sampler(request.sampling, n_vocab);
+    KvCache kv(e.model().config(), 1, 256);
+    std::vector<float> logits;
+    std::vector<int32_t> history = prompt, loop;
+    TokenBatch batch;
+    batch.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/true);
+    for (int i = 0; i < kTokens; ++i) {
+      ASSERT_TRUE(e.model().forward(e.pool(), batch, kv, logits).ok());
+      kv.commit_prefix(0, batch.size());
+      loop.push_back(sampler.sample(logits, static_cast<int64_t>(history.size()), history));
+      history.push_back(loop.back());
+      batch.clear();
+      batch.add_chain(&loop.back(), 1, kv.committed(0), 0, true);
+    }
+    std::printf("%s: sampled session (top logits) vs loop over logits: %s\n", path.c_str(),
+                result->tokens == loop ? "identical" : "DIFFER");
+    EXPECT_EQ(result->tokens, loop);
   }
 }
 

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -485,6 +486,48 @@ TEST_F(CudaOps, Argmax) {
     for (int r = 0; r < rows; ++r) {
       const auto* row = logits.data() + static_cast<size_t>(r) * vocab;
       EXPECT_EQ(got[r], std::max_element(row, row + vocab) - row) << "call " << call;
+    }
+  }
+}
+
+// Each row's k largest logits on the device are the set ops::top_logits selects: rows with ties
+// across the k-th place (the lower ids win), -0 and +0, NaN and -inf, a dominant token, and k
+// from 1 to the 1024 a device pass may ask for.
+TEST_F(CudaOps, TopLogitsAreTheSetTheHostSelects) {
+  for (const int vocab : {151936, 262144, 300}) {
+    const int rows = 4;
+    auto logits = random_floats(static_cast<size_t>(rows) * vocab, 21, 3.0f);
+    for (int i = 0; i < vocab; i += 5) logits[vocab + i] = std::round(logits[vocab + i]);
+    for (int i = 0; i < vocab; i += 3) logits[2 * vocab + i] = 2.0f;  // a wide tie
+    logits[2 * vocab + 1] = -0.0f;
+    logits[2 * vocab + 4] = std::numeric_limits<float>::quiet_NaN();
+    for (int i = 0; i < vocab; i += 11) logits[3 * vocab + i] = -INFINITY;
+    logits[3 * vocab + vocab - 1] = 50.0f;
+    Dev<float> dl(logits);
+    for (const int k : {1, 40, 256, 1024}) {
+      if (k > vocab) continue;
+      Dev<int32_t> ids(static_cast<size_t>(rows) * k);
+      Dev<float> values(static_cast<size_t>(rows) * k);
+      cuda::top_logits(dl.ptr, rows, vocab, k, ids.ptr, values.ptr, nullptr);
+      const auto got_ids = ids.host();
+      const auto got_values = values.host();
+      for (int r = 0; r < rows; ++r) {
+        std::vector<int32_t> want_ids(k);
+        std::vector<float> want_values(k);
+        ops::top_logits(logits.data() + static_cast<size_t>(r) * vocab, vocab, k, want_ids.data(),
+                        want_values.data());
+        std::vector<int32_t> got(got_ids.begin() + r * k, got_ids.begin() + (r + 1) * k);
+        std::sort(got.begin(), got.end());
+        std::sort(want_ids.begin(), want_ids.end());
+        EXPECT_EQ(got, want_ids) << "vocab " << vocab << " k " << k << " row " << r;
+        for (int j = 0; j < k; ++j) {
+          const int id = got_ids[r * k + j];
+          const float want = logits[static_cast<size_t>(r) * vocab + id];
+          EXPECT_TRUE(got_values[r * k + j] == want ||
+                      (std::isnan(want) && std::isnan(got_values[r * k + j])))
+              << "the value of id " << id;
+        }
+      }
     }
   }
 }

@@ -190,6 +190,37 @@ class CudaModel : public Model {
     if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
   }
 
+  // Sampling passes: each row's k largest logits are selected on the device and only those
+  // cross (2k numbers a row instead of n_vocab).
+  bool selects_top_logits() const override { return true; }
+  void forward_layers_top(ThreadPool&, const TokenBatch& batch, KvCache& kv, int k,
+                          std::vector<int32_t>& ids, std::vector<float>& values,
+                          float* hidden) override {
+    const int n_logits = batch.n_logit_rows();
+    const size_t n_layers = launch_pass(batch, kv, hidden);
+    const size_t n_top = static_cast<size_t>(n_logits) * k;
+    for (auto* buf : {&top_ids_, &top_values_}) {
+      const Status st = buf->reserve(n_top * sizeof(int32_t));
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+    }
+    for (auto* buf : {&top_ids_host_, &top_values_host_}) {
+      const Status st = buf->reserve(n_top * sizeof(int32_t));
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+    }
+    top_logits(logits_.get<float>(), n_logits, config_.n_vocab, k, top_ids_.get<int32_t>(),
+               top_values_.get<float>(), stream_);
+    SALVO_CUDA_CHECK(cudaGetLastError());
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(top_ids_host_.get(), top_ids_.get(), n_top * sizeof(int32_t),
+                                     cudaMemcpyDeviceToHost, stream_));
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(top_values_host_.get(), top_values_.get(),
+                                     n_top * sizeof(float), cudaMemcpyDeviceToHost, stream_));
+    const size_t n_hidden = copy_hidden(batch.size(), n_layers);
+    SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
+    ids.assign(top_ids_host_.get<int32_t>(), top_ids_host_.get<int32_t>() + n_top);
+    values.assign(top_values_host_.get<float>(), top_values_host_.get<float>() + n_top);
+    if (n_hidden > 0) std::memcpy(hidden, hidden_host_.get(), n_hidden * sizeof(float));
+  }
+
   // gemma3's DevicePass does not write hidden states (no DFlash drafter targets it).
   bool returns_hidden_states() const override { return arch_pass_ == nullptr; }
 
@@ -524,8 +555,10 @@ class CudaModel : public Model {
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
-  DeviceBuffer attn_counts_;  // attention's split counts, [n, n_head], 0 between passes
-  PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_;
+  DeviceBuffer top_ids_, top_values_;  // [n_logits, k] of forward_layers_top (outside the graphs)
+  DeviceBuffer attn_counts_;           // attention's split counts, [n, n_head], 0 between passes
+  PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_, top_ids_host_,
+      top_values_host_;
   bool use_graphs_ = true;
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;
 };
