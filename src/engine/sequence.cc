@@ -1,6 +1,8 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 
 #include "util/check.h"
 #include "util/memory.h"
@@ -232,6 +234,18 @@ void Sequence::observe_rows(std::span<const float> hidden, std::span<const int32
   drafter_->observe(first, static_cast<int32_t>(rows.size()), features.data());
 }
 
+namespace {
+// SALVO_SPEC_TRACE=1: a line per decode pass on stderr (rows, depth, shape, pass and draft
+// time, depths accepted, the policy's plain-pass estimate), to see what --spec auto chooses.
+bool spec_trace() {
+  static const bool on = [] {
+    const char* env = std::getenv("SALVO_SPEC_TRACE");
+    return env != nullptr && *env != 0 && *env != '0';
+  }();
+  return on;
+}
+}  // namespace
+
 bool Sequence::argmax_suffices() const {
   SALVO_CHECK(active());
   return sampler_->argmax_suffices();
@@ -282,6 +296,13 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
                   .tokens_emitted = n_accepted + 1,
                   .context = pass_context_,
                   .chain = pass_chain_});
+  if (spec_trace()) {
+    std::fprintf(stderr,
+                 "spec trace: rows %d depth %d %s pass %.3f ms draft %.3f ms accepted %d | "
+                 "plain %.3f ms drafting %d\n",
+                 pass_rows_, tree_.max_depth(), pass_chain_ ? "chain" : "tree", pass_ms,
+                 pass_draft_ms_, n_accepted, policy_.plain_ms(), policy_.drafting() ? 1 : 0);
+  }
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();
   }

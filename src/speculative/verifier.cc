@@ -21,9 +21,10 @@ std::vector<int32_t> AcceptResult::kept_rows() const {
 AcceptResult Verifier::accept(const DraftTree& tree, const LogitRows& rows, Sampler& sampler,
                               std::vector<int32_t>& history) const {
   const size_t n_rows = static_cast<size_t>(tree.size()) + 1;
-  SALVO_CHECK(rows.has_logits()
-                  ? rows.logits.size() >= n_rows * static_cast<size_t>(sampler.n_vocab())
-                  : rows.argmax.size() >= n_rows);
+  SALVO_CHECK(
+      rows.has_logits()    ? rows.logits.size() >= n_rows * static_cast<size_t>(sampler.n_vocab())
+      : rows.top_count > 0 ? rows.top_ids.size() >= n_rows * static_cast<size_t>(rows.top_count)
+                           : rows.argmax.size() >= n_rows);
   AcceptResult result;
   int32_t node = -1;  // the root
   for (;;) {

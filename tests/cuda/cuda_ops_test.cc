@@ -508,7 +508,9 @@ TEST_F(CudaOps, TopLogitsAreTheSetTheHostSelects) {
       if (k > vocab) continue;
       Dev<int32_t> ids(static_cast<size_t>(rows) * k);
       Dev<float> values(static_cast<size_t>(rows) * k);
-      cuda::top_logits(dl.ptr, rows, vocab, k, ids.ptr, values.ptr, nullptr);
+      Dev<uint8_t> scratch(cuda::top_logits_scratch_bytes(rows, vocab, k));
+      cuda::top_logits(dl.ptr, rows, vocab, k, ids.ptr, values.ptr, scratch.ptr, scratch.n,
+                       nullptr);
       const auto got_ids = ids.host();
       const auto got_values = values.host();
       for (int r = 0; r < rows; ++r) {
@@ -517,7 +519,7 @@ TEST_F(CudaOps, TopLogitsAreTheSetTheHostSelects) {
         ops::top_logits(logits.data() + static_cast<size_t>(r) * vocab, vocab, k, want_ids.data(),
                         want_values.data());
         std::vector<int32_t> got(got_ids.begin() + r * k, got_ids.begin() + (r + 1) * k);
-        std::sort(got.begin(), got.end());
+        EXPECT_TRUE(std::is_sorted(got.begin(), got.end())) << "in id order";
         std::sort(want_ids.begin(), want_ids.end());
         EXPECT_EQ(got, want_ids) << "vocab " << vocab << " k " << k << " row " << r;
         for (int j = 0; j < k; ++j) {

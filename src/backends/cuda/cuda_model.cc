@@ -207,8 +207,13 @@ class CudaModel : public Model {
       const Status st = buf->reserve(n_top * sizeof(int32_t));
       SALVO_CHECK_MSG(st.ok(), st.message().c_str());
     }
+    {
+      const Status st =
+          top_scratch_.reserve(top_logits_scratch_bytes(n_logits, config_.n_vocab, k) + 1);
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+    }
     top_logits(logits_.get<float>(), n_logits, config_.n_vocab, k, top_ids_.get<int32_t>(),
-               top_values_.get<float>(), stream_);
+               top_values_.get<float>(), top_scratch_.get(), top_scratch_.bytes(), stream_);
     SALVO_CUDA_CHECK(cudaGetLastError());
     SALVO_CUDA_CHECK(cudaMemcpyAsync(top_ids_host_.get(), top_ids_.get(), n_top * sizeof(int32_t),
                                      cudaMemcpyDeviceToHost, stream_));
@@ -556,7 +561,8 @@ class CudaModel : public Model {
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
   DeviceBuffer top_ids_, top_values_;  // [n_logits, k] of forward_layers_top (outside the graphs)
-  DeviceBuffer attn_counts_;           // attention's split counts, [n, n_head], 0 between passes
+  DeviceBuffer top_scratch_;
+  DeviceBuffer attn_counts_;  // attention's split counts, [n, n_head], 0 between passes
   PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_, top_ids_host_,
       top_values_host_;
   bool use_graphs_ = true;

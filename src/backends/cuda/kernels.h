@@ -127,9 +127,11 @@ void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void
             size_t scratch_bytes, cudaStream_t stream);
 
 // ids / values [n_rows, k] = each row's k largest logits, the set ops::top_logits selects (larger
-// first, ties to the lower index, NaN lowest), in no particular order within a row. k <= n_vocab.
+// first, ties to the lower index, NaN lowest), in id order within a row. k <= n_vocab.
+// scratch: scratch_bytes >= top_logits_scratch_bytes(n_rows, n_vocab, k).
+size_t top_logits_scratch_bytes(int64_t n_rows, int n_vocab, int k);
 void top_logits(const float* logits, int64_t n_rows, int n_vocab, int k, int32_t* ids,
-                float* values, cudaStream_t stream);
+                float* values, void* scratch, size_t scratch_bytes, cudaStream_t stream);
 
 // The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
 // committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].

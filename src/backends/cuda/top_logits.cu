@@ -1,11 +1,14 @@
 // The k largest logits of each row (Model::forward_top), selected where the logits are: a
 // sampling pass then copies back 2k numbers a row instead of the whole vocabulary.
 //
-// One block per row. A radix select finds the k-th largest key (the float's bits mapped to an
-// unsigned order, NaN lowest, -0 as +0: ops::top_logits's order) eight bits at a time, from a
-// histogram of the keys that agree with the digits chosen so far; then every element above that
-// key is written, and the elements equal to it in index order until there are k (ties go to the
-// lower index, as in the sampler's rank order).
+// Keys: the float's bits mapped to an unsigned order (NaN lowest, -0 as +0), ties to the lower
+// id: ops::top_logits's order. A radix select finds the k-th largest key eight bits at a time
+// from a histogram of the keys that agree with the digits chosen so far; an ordered block-wide
+// compaction then writes every element above it and the first of those equal to it, in position
+// order. One block per row would leave a 151936-word row to a single SM (~0.6 ms); instead each
+// row is cut into up to 32 chunks of at least k elements, each chunk's k largest go to a scratch
+// list (in id order), and one block per row selects the k largest of those lists.
+#include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels.h"
@@ -14,7 +17,7 @@
 namespace salvo::cuda {
 namespace {
 
-constexpr int kThreads = 1024;
+constexpr int kChunkThreads = 256, kMergeThreads = 1024, kMaxChunks = 32;
 
 __device__ __forceinline__ uint32_t order_key(float v) {
   if (v != v) return 0;  // NaN below everything
@@ -23,26 +26,39 @@ __device__ __forceinline__ uint32_t order_key(float v) {
   return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
 }
 
-__global__ void __launch_bounds__(kThreads)
-    top_logits_kernel(const float* logits, int n_vocab, int k, int32_t* ids, float* values) {
-  const int row = blockIdx.x, lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  const float* x = logits + static_cast<int64_t>(row) * n_vocab;
-  int32_t* out_ids = ids + static_cast<int64_t>(row) * k;
-  float* out_values = values + static_cast<int64_t>(row) * k;
-  __shared__ int hist[256];
-  __shared__ int chosen_digit, chosen_remaining, count, warp_total[kThreads / 32];
+// A stretch of a logit row: element i is id first_id + i.
+struct RowSource {
+  const float* x;
+  int first_id;
+  __device__ float value(int i) const { return x[i]; }
+  __device__ int32_t id(int i) const { return first_id + i; }
+};
+// The chunks' selections of a row, one after another (ids increase along the list).
+struct ListSource {
+  const float* values;
+  const int32_t* ids;
+  __device__ float value(int i) const { return values[i]; }
+  __device__ int32_t id(int i) const { return ids[i]; }
+};
 
-  // Radix select: after the pass at `shift`, `prefix` holds the k-th largest key's digits from
-  // bit `shift` up and `remaining` how many of the wanted elements share them.
+// The k largest of src's n elements (k <= n), written in position order to out_ids/out_values.
+template <int kT, class Src>
+__device__ void select_top(const Src& src, int n, int k, int32_t* out_ids, float* out_values) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __shared__ int hist[256];
+  __shared__ int chosen_digit, chosen_remaining, warp_above[kT / 32], warp_ties[kT / 32];
+
+  // After the pass at `shift`, `prefix` holds the k-th largest key's digits from bit `shift` up
+  // and `remaining` how many of the wanted elements share them.
   uint32_t prefix = 0, mask = 0;
   int remaining = k;
   for (int shift = 24; shift >= 0; shift -= 8) {
-    for (int i = threadIdx.x; i < 256; i += kThreads) hist[i] = 0;
+    for (int i = threadIdx.x; i < 256; i += kT) hist[i] = 0;
     __syncthreads();
-    for (int base = 0; base < n_vocab; base += kThreads) {  // uniform trip count: whole warps
+    for (int base = 0; base < n; base += kT) {  // a uniform trip count: whole warps take part
       const int i = base + threadIdx.x;
-      const uint32_t u = i < n_vocab ? order_key(x[i]) : 0;
-      const bool match = i < n_vocab && (u & mask) == prefix;
+      const uint32_t u = i < n ? order_key(src.value(i)) : 0;
+      const bool match = i < n && (u & mask) == prefix;
       const int digit = static_cast<int>((u >> shift) & 0xFF);
       // Logits crowd into a few top digits: one atomic per group of lanes with the same digit.
       const unsigned peers = __match_any_sync(0xffffffffu, match ? digit : 256 + lane);
@@ -62,57 +78,86 @@ __global__ void __launch_bounds__(kThreads)
     __syncthreads();  // hist and chosen_* are rewritten by the next pass
   }
   const uint32_t kth = prefix;
-  const int n_above = k - remaining;
 
-  // Every element above the k-th key (n_above of them), in any order.
-  if (threadIdx.x == 0) count = 0;
-  __syncthreads();
-  for (int base = 0; base < n_vocab; base += kThreads) {
+  // The selection is every element above kth and the first `remaining` equal to it; an
+  // element's slot is the number selected before it.
+  int above_before = 0, ties_before = 0;  // over the chunks done; the same in every thread
+  for (int base = 0; base < n && above_before + min(ties_before, remaining) < k; base += kT) {
     const int i = base + threadIdx.x;
-    const bool take = i < n_vocab && order_key(x[i]) > kth;
-    const unsigned ballot = __ballot_sync(0xffffffffu, take);
-    int first = 0;
-    if (lane == 0 && ballot != 0) first = atomicAdd(&count, __popc(ballot));
-    first = __shfl_sync(0xffffffffu, first, 0);
-    if (take) {
-      const int slot = first + __popc(ballot & ((1u << lane) - 1));
-      out_ids[slot] = i;
-      out_values[slot] = x[i];
-    }
-  }
-
-  // The first `remaining` elements equal to it in index order: a block-wide ordered count per
-  // chunk of kThreads elements.
-  int taken = 0;
-  for (int base = 0; base < n_vocab && taken < remaining; base += kThreads) {
-    const int i = base + threadIdx.x;
-    const bool tie = i < n_vocab && order_key(x[i]) == kth;
-    const unsigned ballot = __ballot_sync(0xffffffffu, tie);
-    if (lane == 0) warp_total[warp] = __popc(ballot);
+    const uint32_t u = i < n ? order_key(src.value(i)) : 0;
+    const bool above = i < n && u > kth, tie = i < n && u == kth;
+    const unsigned ballot_above = __ballot_sync(0xffffffffu, above);
+    const unsigned ballot_tie = __ballot_sync(0xffffffffu, tie);
+    if (lane == 0) warp_above[warp] = __popc(ballot_above), warp_ties[warp] = __popc(ballot_tie);
     __syncthreads();
-    int before = taken, chunk = 0;
-    for (int w = 0; w < kThreads / 32; ++w) {
-      if (w < warp) before += warp_total[w];
-      chunk += warp_total[w];
+    int a = above_before, t = ties_before, chunk_above = 0, chunk_ties = 0;
+    for (int w = 0; w < kT / 32; ++w) {
+      if (w < warp) a += warp_above[w], t += warp_ties[w];
+      chunk_above += warp_above[w];
+      chunk_ties += warp_ties[w];
     }
-    before += __popc(ballot & ((1u << lane) - 1));
-    if (tie && before < remaining) {
-      out_ids[n_above + before] = i;
-      out_values[n_above + before] = x[i];
+    const unsigned lower = (1u << lane) - 1;
+    a += __popc(ballot_above & lower);  // selected-above elements before i
+    t += __popc(ballot_tie & lower);    // ties before i
+    if (above || (tie && t < remaining)) {
+      const int slot = a + min(t, remaining);
+      out_ids[slot] = src.id(i);
+      out_values[slot] = src.value(i);
     }
-    taken += chunk;   // the same in every thread: the loop's exit is uniform
-    __syncthreads();  // warp_total is rewritten by the next chunk
+    above_before += chunk_above;
+    ties_before += chunk_ties;
+    __syncthreads();  // warp_* are rewritten by the next chunk
   }
+}
+
+// Chunks per row: at most kMaxChunks, each at least k long.
+int chunks_for(int n_vocab, int k) { return std::max(1, std::min(kMaxChunks, n_vocab / k)); }
+
+__global__ void __launch_bounds__(kChunkThreads)
+    chunk_top_kernel(const float* logits, int n_vocab, int k, int n_chunks, int32_t* ids,
+                     float* values) {
+  const int chunk = blockIdx.x, row = blockIdx.y;
+  const int len = n_vocab / n_chunks;
+  const int begin = chunk * len, end = chunk == n_chunks - 1 ? n_vocab : begin + len;
+  const int64_t out = (static_cast<int64_t>(row) * n_chunks + chunk) * k;
+  select_top<kChunkThreads>(RowSource{logits + static_cast<int64_t>(row) * n_vocab + begin, begin},
+                            end - begin, k, ids + out, values + out);
+}
+
+__global__ void __launch_bounds__(kMergeThreads)
+    merge_top_kernel(const int32_t* list_ids, const float* list_values, int n_list, int k,
+                     int32_t* ids, float* values) {
+  const int64_t row = blockIdx.x;
+  select_top<kMergeThreads>(ListSource{list_values + row * n_list, list_ids + row * n_list}, n_list,
+                            k, ids + row * k, values + row * k);
 }
 
 }  // namespace
 
+size_t top_logits_scratch_bytes(int64_t n_rows, int n_vocab, int k) {
+  const int n_chunks = chunks_for(n_vocab, k);
+  if (n_chunks == 1) return 0;
+  return static_cast<size_t>(n_rows) * n_chunks * k * (sizeof(int32_t) + sizeof(float));
+}
+
 void top_logits(const float* logits, int64_t n_rows, int n_vocab, int k, int32_t* ids,
-                float* values, cudaStream_t stream) {
+                float* values, void* scratch, size_t scratch_bytes, cudaStream_t stream) {
   SALVO_CHECK(k > 0 && k <= n_vocab);
   if (n_rows == 0) return;
-  top_logits_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(logits, n_vocab, k, ids,
-                                                                            values);
+  const int n_chunks = chunks_for(n_vocab, k);
+  if (n_chunks == 1) {
+    chunk_top_kernel<<<dim3(1, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream>>>(
+        logits, n_vocab, k, 1, ids, values);
+    return;
+  }
+  SALVO_CHECK(scratch_bytes >= top_logits_scratch_bytes(n_rows, n_vocab, k));
+  const int64_t n_list = static_cast<int64_t>(n_chunks) * k;
+  int32_t* list_ids = static_cast<int32_t*>(scratch);
+  float* list_values = reinterpret_cast<float*>(list_ids + n_rows * n_list);
+  chunk_top_kernel<<<dim3(n_chunks, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream>>>(
+      logits, n_vocab, k, n_chunks, list_ids, list_values);
+  merge_top_kernel<<<static_cast<unsigned>(n_rows), kMergeThreads, 0, stream>>>(
+      list_ids, list_values, static_cast<int>(n_list), k, ids, values);
 }
 
 }  // namespace salvo::cuda
