@@ -1,6 +1,6 @@
 // CUDA matmul check and microbenchmark (not a test: it needs a GPU and prints a report).
 //
-// For every weight type, the matrix shapes of Qwen2.5-1.5B and 7B and rows {1,2,4,8,16,32,64},
+// For every weight type, the matrix shapes of Qwen2.5-1.5B and 7B and rows {1,2,4,8,16,17,24,32,64},
 // per matmul variant:
 //  1. y against a CPU reference (salvo's CPU dequantization, a double-precision dot with the
 //     float activations) on 128 sampled output rows: NMSE under a bound per variant -> PASS/FAIL;
@@ -55,7 +55,7 @@ constexpr Shape kShapes[] = {
 };
 constexpr DType kTypes[] = {DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                             DType::kQ5_K, DType::kQ6_K, DType::kF16,  DType::kBF16};
-constexpr int kRows[] = {1, 2, 4, 8, 16, 32, 64};
+constexpr int kRows[] = {1, 2, 4, 8, 16, 17, 24, 32, 64};
 constexpr int kMaxRows = 64;
 constexpr int kSampled = 128;  // output rows checked against the CPU reference
 

@@ -176,7 +176,7 @@ void bench(const BenchOptions& o) {
     }
     kv.commit_prefix(0, kContext);
     const bool top = c.n_vocab >= kTopLogits;
-    for (int k : {1, 2, 4, 8, 16, 32, 64}) {
+    for (int k : {1, 2, 4, 8, 16, 17, 24, 32, 64}) {
       const int reps = 10 * o.reps;
       verify_ms.push_back({k, time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kArgmax),
                            top ? time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kTop) : 0.0,

@@ -134,7 +134,7 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
     int64_t n_in_k, n_in_32, n_out;  // n_in for the 256- and the 32-element formats
     std::vector<int> rows;
   };
-  const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 33, 64, 100, 200}},
+  const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 17, 24, 33, 64, 100, 200}},
                           {1792, 1376, 40, {1, 3, 8, 9}}};
   for (const Shape& shape : shapes) {
     for (cuda::MatmulVariant variant :

@@ -869,6 +869,8 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
   }
   if (n_rows <= 8) return launch<T, 1>(grp, warps, stream);
   if (n_rows <= 16) return launch<T, 2>(grp, warps, stream);
+  // A 16-node tree is 17 rows with its root: 24-row tiles, not 32.
+  if (n_rows <= 24) return launch<T, 3>(grp, warps, stream);
   if (n_rows <= 32) return launch<T, 4>(grp, warps, stream);
   return launch<T, 8>(grp, warps, stream);  // more than 64 rows: every 64-row piece too
 }
