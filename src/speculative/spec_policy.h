@@ -108,6 +108,7 @@ class SpecPolicy {
 
   bool adaptive_;
   std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
+  std::vector<int> passes_by_rows_;              // [rows] passes seen (the first is not kept)
   std::vector<double> tested_[2], accepted_[2];  // [chain][depth - 1] decayed counts
   bool draft_measured() const;
   std::vector<double> draft_ms_by_depth_;  // [depth] steady-state EMA; < 0 = not measured
