@@ -138,8 +138,10 @@ DraftSize SpecPolicy::best_size(int max_budget, int max_depth, int depth_limit) 
 DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (max_budget <= 0 || max_depth <= 0) return {};
   if (!adaptive_) return {max_budget, std::min(max_depth, max_budget)};
-  // One plain pass first: every later decision compares against its cost.
-  if (pass_ms_by_rows_.size() < 2 || pass_ms_by_rows_[1] == 0) return {};
+  // Two plain passes first: every later decision compares against their cost, and the first may
+  // carry one-time work (a CUDA graph capture: 4.3 ms against 2.5 on the H200), which the second
+  // replaces.
+  if (passes_by_rows_.size() < 2 || passes_by_rows_[1] < 2) return {};
   // The one-row cost drifts (load, context length) and every comparison depends on it: it is
   // re-measured every kPlainRefresh drafted passes, and four times as often while drafting wins
   // by less than kClearWin, where a stale plain figure could keep a losing drafter on.
@@ -186,10 +188,14 @@ void SpecPolicy::record(const PassRecord& measured) {
   // estimated from its neighbours, and the pass is judged at that estimate where one exists.
   // (Session 9: --spec auto's first 9-row trees measured 4.8-9.1 ms, against 3.0 ms later, and
   // it drafted 3-deep chains from then on, 1.88 tokens a pass against 2.68 for fixed trees.)
+  // The one-row count keeps its first pass (every estimate starts from it), replaced by the
+  // second.
   PassRecord pass = measured;
   if (pass.rows > 1 && passes_by_rows_[pass.rows] == 0) {
     const double estimate = pass_ms(pass.rows);
     if (estimate > 0) pass.pass_ms = std::min(pass.pass_ms, estimate);
+  } else if (pass.rows == 1 && passes_by_rows_[1] == 1) {
+    pass_ms_by_rows_[1] = pass.pass_ms;
   } else {
     // While drafting, plain passes are the sparse re-measurements: each must count.
     const double alpha = pass.rows == 1 ? kPlainAlpha : kAlpha;

@@ -68,10 +68,13 @@ double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept
   return drafted > 0 ? static_cast<double>(chains) / drafted : 0;
 }
 
-TEST(SpecPolicyTest, FirstPassIsPlainThenDrafts) {
+TEST(SpecPolicyTest, FirstPassesArePlainThenDrafts) {
   SpecPolicy policy;
   EXPECT_FALSE(policy.next(16, 8).drafting());  // measures the one-row pass first
+  policy.record({.rows = 1, .pass_ms = 40});    // with a graph capture, say
+  EXPECT_FALSE(policy.next(16, 8).drafting());  // and again
   policy.record({.rows = 1, .pass_ms = 10});
+  EXPECT_DOUBLE_EQ(policy.plain_ms(), 10);  // the second replaces the first
   const DraftSize size = policy.next(16, 8);
   EXPECT_TRUE(size.drafting());
   EXPECT_LE(size.budget, 16);
@@ -91,6 +94,7 @@ TEST(SpecPolicyTest, PassTimeIsInterpolatedAndExtrapolated) {
   EXPECT_EQ(policy.pass_ms(1), 0);
   policy.record({.rows = 1, .pass_ms = 10});
   EXPECT_DOUBLE_EQ(policy.pass_ms(1), 10);
+  policy.record({.rows = 1, .pass_ms = 10});
   EXPECT_GT(policy.pass_ms(9), 10);  // the prior cost per row until a wider pass is measured
   // The first pass of a row count is not kept (it may carry one-time work, a graph capture).
   policy.record({.rows = 9, .pass_ms = 40, .tree_depth = 4, .tested = 1, .tokens_emitted = 1});
@@ -213,6 +217,7 @@ TEST(SpecPolicyTest, PerLevelDraftCostIsKept) {
 // budget spread over the probe's few levels).
 TEST(SpecPolicyTest, ProbesKeepTheCapsProportion) {
   SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 10});
   policy.record({.rows = 1, .pass_ms = 10});
   const DraftSize size = policy.next(16, 8);
   EXPECT_TRUE(size.drafting());
