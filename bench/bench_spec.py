@@ -249,6 +249,10 @@ def main() -> None:
     ap.add_argument("--lookup", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--no-extra-bufts", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.temperature > 0 and not args.skip_llama:
+        # The llama.cpp peer decodes greedily: sampled salvo runs have no matched peer here.
+        print("--temperature > 0: llama.cpp is not run (its runs here are greedy)", file=sys.stderr)
+        args.skip_llama = True
     if args.child_llama:
         child_llama(args)
         return
@@ -307,7 +311,8 @@ def main() -> None:
     mismatches = [(m, p["id"]) for m in modes for p in prompts for r in salvo[m][p["id"]]
                   if r["tokens"] != salvo["none"][p["id"]][0]["tokens"]]
 
-    print(f"\nmodel {args.model}, draft model {args.draft_model}, threads {args.threads}, T=0, "
+    print(f"\nmodel {args.model}, draft model {args.draft_model}, threads {args.threads}, "
+          f"T={args.temperature:g}, "
           f"{len(prompts)} prompts ({args.limit} per category at most), "
           f"max tokens {args.max_tokens or 'per prompt'}, {args.reps} repetition(s)"
           f"{', interleaved' if args.reps > 1 or args.interleave else ''}; "
