@@ -178,57 +178,78 @@ TEST_F(CudaModelTest, ArgmaxIdsEqualArgmaxOfLogits) {
 // Greedy Session (argmax ids from the device) against a plain greedy loop over forward()'s
 // logits: the same tokens over several passes and commits (and, on the gemma3 test model,
 // across its sliding window).
-TEST_F(CudaModelTest, GreedySessionEqualsGreedyLoopOverLogits) {
-  for (const std::string& path : models_) {
-    SCOPED_TRACE(path);
-    auto engine = Engine::load(path, {.threads = 2,
-                                      .draft_model_path = {},
-                                      .placement = cuda::to_device,
-                                      .drafter_dir = {},
-                                      .find_drafter = false,
-                                      .drafter_placement = {}});
-    ASSERT_TRUE(engine.ok()) << engine.status().message();
-    Engine& e = **engine;
-    const int n_vocab = e.model().config().n_vocab;
-    const auto prompt = prompt_tokens(30, n_vocab);
-    constexpr int kTokens = 24;
-    GenerateRequest request;
-    request.prompt = prompt;
-    request.max_tokens = kTokens;
-    request.sampling.temperature = 0.0f;
-    request.ignore_eos = true;
-    request.spec.mode = SpecMode::kNone;
-    Session session(e.model(), e.tokenizer(), e.pool(), 256);
-    auto result = session.generate(request, [](const std::string&) { return true; });
-    ASSERT_TRUE(result.ok()) << result.status().message();
+// The model on CUDA, without drafters.
+Expected<std::unique_ptr<Engine>> load_on_cuda(const std::string& path) {
+  return Engine::load(path, {.threads = 4,
+                             .draft_model_path = {},
+                             .placement = cuda::to_device,
+                             .drafter_dir = {},
+                             .find_drafter = false,
+                             .drafter_placement = {}});
+}
 
-    KvCache kv(e.model().config(), 1, 256);
-    std::vector<float> logits;
-    std::vector<int32_t> loop;
-    TokenBatch batch;
-    batch.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/true);
-    for (int i = 0; i < kTokens; ++i) {
-      ASSERT_TRUE(e.model().forward(e.pool(), batch, kv, logits).ok());
-      kv.commit_prefix(0, batch.size());
-      loop.push_back(argmax(logits.data(), n_vocab));
-      batch.clear();
-      batch.add_chain(&loop.back(), 1, kv.committed(0), 0, true);
-    }
-    std::printf("%s: greedy session (argmax ids) vs loop over logits: %s\n", path.c_str(),
-                result->tokens == loop ? "identical" : "DIFFER");
-    EXPECT_EQ(result->tokens, loop);
+// A session on CUDA (greedy passes return argmax ids, sampling passes each row's 256 largest
+// logits) picks the tokens that the sampler picks from the whole logits of the same passes.
+void expect_session_equals_loop_over_logits(const std::string& path, const SamplingParams& sampling,
+                                            const char* what) {
+  SCOPED_TRACE(path);
+  auto engine = load_on_cuda(path);
+  ASSERT_TRUE(engine.ok()) << engine.status().message();
+  Engine& e = **engine;
+  const int n_vocab = e.model().config().n_vocab;
+  const auto prompt = prompt_tokens(30, n_vocab);
+  constexpr int kTokens = 24;
+  GenerateRequest request;
+  request.prompt = prompt;
+  request.max_tokens = kTokens;
+  request.sampling = sampling;
+  request.ignore_eos = true;
+  request.spec.mode = SpecMode::kNone;
+  Session session(e.model(), e.tokenizer(), e.pool(), 256);
+  auto result = session.generate(request, [](const std::string&) { return true; });
+  ASSERT_TRUE(result.ok()) << result.status().message();
+
+  Sampler sampler(sampling, n_vocab);
+  KvCache kv(e.model().config(), 1, 256);
+  std::vector<float> logits;
+  std::vector<int32_t> history = prompt, loop;
+  TokenBatch batch;
+  batch.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/true);
+  for (int i = 0; i < kTokens; ++i) {
+    ASSERT_TRUE(e.model().forward(e.pool(), batch, kv, logits).ok());
+    kv.commit_prefix(0, batch.size());
+    loop.push_back(sampler.sample(logits, static_cast<int64_t>(history.size()), history));
+    history.push_back(loop.back());
+    batch.clear();
+    batch.add_chain(&loop.back(), 1, kv.committed(0), 0, true);
+  }
+  std::printf("%s: %s session vs loop over logits: %s\n", path.c_str(), what,
+              result->tokens == loop ? "identical" : "DIFFER");
+  EXPECT_EQ(result->tokens, loop);
+}
+
+TEST_F(CudaModelTest, GreedySessionEqualsGreedyLoopOverLogits) {
+  SamplingParams greedy;
+  greedy.temperature = 0.0f;
+  for (const std::string& path : models_) {
+    expect_session_equals_loop_over_logits(path, greedy, "greedy (argmax ids)");
+  }
+}
+
+TEST_F(CudaModelTest, SampledSessionEqualsSamplingLoopOverLogits) {
+  SamplingParams sampled;
+  sampled.temperature = 0.8f;
+  sampled.top_k = 40;
+  sampled.seed = 11;
+  for (const std::string& path : models_) {
+    expect_session_equals_loop_over_logits(path, sampled, "sampled (top logits)");
   }
 }
 
 TEST_F(CudaModelTest, SpeculationDoesNotChangeTokens) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);
-    auto engine = Engine::load(path, {.threads = 4,
-                                      .draft_model_path = {},
-                                      .placement = cuda::to_device,
-                                      .drafter_dir = {},
-                                      .find_drafter = false,
-                                      .drafter_placement = {}});
+    auto engine = load_on_cuda(path);
     ASSERT_TRUE(engine.ok()) << engine.status().message();
     Engine& e = **engine;
     // A repetitive prompt, so the n-gram drafter has something to propose.
@@ -263,54 +284,6 @@ TEST_F(CudaModelTest, SpeculationDoesNotChangeTokens) {
         EXPECT_EQ(outputs[0], outputs[1]) << "T " << temperature << " penalty " << penalty;
       }
     }
-  }
-}
-
-// A sampled session on CUDA (each pass returns its rows' 256 largest logits) picks the tokens
-// that the sampler picks from the whole logits of the same passes.
-TEST_F(CudaModelTest, SampledSessionEqualsSamplingLoopOverLogits) {
-  for (const std::string& path : models_) {
-    SCOPED_TRACE(path);
-    auto engine = Engine::load(path, {.threads = 2,
-                                      .draft_model_path = {},
-                                      .placement = cuda::to_device,
-                                      .drafter_dir = {},
-                                      .find_drafter = false,
-                                      .drafter_placement = {}});
-    ASSERT_TRUE(engine.ok()) << engine.status().message();
-    Engine& e = **engine;
-    const int n_vocab = e.model().config().n_vocab;
-    const auto prompt = prompt_tokens(30, n_vocab);
-    constexpr int kTokens = 24;
-    GenerateRequest request;
-    request.prompt = prompt;
-    request.max_tokens = kTokens;
-    request.sampling.temperature = 0.8f;
-    request.sampling.top_k = 40;
-    request.sampling.seed = 11;
-    request.ignore_eos = true;
-    request.spec.mode = SpecMode::kNone;
-    Session session(e.model(), e.tokenizer(), e.pool(), 256);
-    auto result = session.generate(request, [](const std::string&) { return true; });
-    ASSERT_TRUE(result.ok()) << result.status().message();
-
-    Sampler sampler(request.sampling, n_vocab);
-    KvCache kv(e.model().config(), 1, 256);
-    std::vector<float> logits;
-    std::vector<int32_t> history = prompt, loop;
-    TokenBatch batch;
-    batch.add_chain(prompt.data(), prompt.size(), 0, 0, /*logits_last_only=*/true);
-    for (int i = 0; i < kTokens; ++i) {
-      ASSERT_TRUE(e.model().forward(e.pool(), batch, kv, logits).ok());
-      kv.commit_prefix(0, batch.size());
-      loop.push_back(sampler.sample(logits, static_cast<int64_t>(history.size()), history));
-      history.push_back(loop.back());
-      batch.clear();
-      batch.add_chain(&loop.back(), 1, kv.committed(0), 0, true);
-    }
-    std::printf("%s: sampled session (top logits) vs loop over logits: %s\n", path.c_str(),
-                result->tokens == loop ? "identical" : "DIFFER");
-    EXPECT_EQ(result->tokens, loop);
   }
 }
 
