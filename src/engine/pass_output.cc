@@ -1,7 +1,5 @@
 #include "engine/pass_output.h"
 
-#include <algorithm>
-
 #include "util/check.h"
 
 namespace salvo {

@@ -1,7 +1,6 @@
 #include "ops/ops.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +8,7 @@
 #include <vector>
 
 #include "backends/cpu/packed.h"
+#include "ops/logit_order.h"
 #include "ops/vec.h"
 #include "util/check.h"
 
@@ -89,20 +89,10 @@ int32_t argmax(const float* x, int64_t n) {
   return best_index;
 }
 
-namespace {
-// An unsigned key in the order of the float (NaN lowest, -0 as +0).
-uint32_t order_key(float v) {
-  if (std::isnan(v)) return 0;
-  uint32_t b = std::bit_cast<uint32_t>(v);
-  if (b == 0x80000000u) b = 0;
-  return (b & 0x80000000u) ? ~b : b | 0x80000000u;
-}
-}  // namespace
-
 void top_logits(const float* x, int64_t n, int k, int32_t* ids, float* values) {
   SALVO_CHECK(k > 0 && k <= n);
   std::vector<std::pair<uint32_t, int32_t>> keyed(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) keyed[i] = {order_key(x[i]), static_cast<int32_t>(i)};
+  for (int64_t i = 0; i < n; ++i) keyed[i] = {logit_order_key(x[i]), static_cast<int32_t>(i)};
   const auto ranks_before = [](const auto& a, const auto& b) {
     return a.first > b.first || (a.first == b.first && a.second < b.second);
   };

@@ -199,19 +199,15 @@ class CudaModel : public Model {
     const int n_logits = batch.n_logit_rows();
     const size_t n_layers = launch_pass(batch, kv, hidden);
     const size_t n_top = static_cast<size_t>(n_logits) * k;
-    for (auto* buf : {&top_ids_, &top_values_}) {
-      const Status st = buf->reserve(n_top * sizeof(int32_t));
+    const auto reserve = [](auto& buf, size_t bytes) {
+      const Status st = buf.reserve(bytes);
       SALVO_CHECK_MSG(st.ok(), st.message().c_str());
-    }
-    for (auto* buf : {&top_ids_host_, &top_values_host_}) {
-      const Status st = buf->reserve(n_top * sizeof(int32_t));
-      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
-    }
-    {
-      const Status st =
-          top_scratch_.reserve(top_logits_scratch_bytes(n_logits, config_.n_vocab, k) + 1);
-      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
-    }
+    };
+    reserve(top_ids_, n_top * sizeof(int32_t));
+    reserve(top_values_, n_top * sizeof(float));
+    reserve(top_ids_host_, n_top * sizeof(int32_t));
+    reserve(top_values_host_, n_top * sizeof(float));
+    reserve(top_scratch_, top_logits_scratch_bytes(n_logits, config_.n_vocab, k));
     top_logits(logits_.get<float>(), n_logits, config_.n_vocab, k, top_ids_.get<int32_t>(),
                top_values_.get<float>(), top_scratch_.get(), top_scratch_.bytes(), stream_);
     SALVO_CUDA_CHECK(cudaGetLastError());

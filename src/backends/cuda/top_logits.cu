@@ -1,30 +1,24 @@
 // The k largest logits of each row (Model::forward_top), selected where the logits are: a
 // sampling pass then copies back 2k numbers a row instead of the whole vocabulary.
 //
-// Keys: the float's bits mapped to an unsigned order (NaN lowest, -0 as +0), ties to the lower
-// id: ops::top_logits's order. A radix select finds the k-th largest key eight bits at a time
-// from a histogram of the keys that agree with the digits chosen so far; an ordered block-wide
-// compaction then writes every element above it and the first of those equal to it, in position
-// order. One block per row would leave a 151936-word row to a single SM (~0.6 ms); instead each
-// row is cut into up to 32 chunks of at least k elements, each chunk's k largest go to a scratch
-// list (in id order), and one block per row selects the k largest of those lists.
+// Keys: ops/logit_order.h (ops::top_logits's order), ties to the lower id. A radix select finds the
+// k-th largest key eight bits at a time from a histogram of the keys that agree with the digits
+// chosen so far; an ordered block-wide compaction then writes every element above it and the first
+// of those equal to it, in position order. One block per row would leave a 151936-word row to a
+// single SM (~0.6 ms); instead each row is cut into up to 32 chunks of at least k elements, each
+// chunk's k largest go to a scratch list (in id order), and one block per row selects the k largest
+// of those lists.
 #include <algorithm>
 #include <cstdint>
 
 #include "backends/cuda/kernels.h"
+#include "ops/logit_order.h"
 #include "util/check.h"
 
 namespace salvo::cuda {
 namespace {
 
 constexpr int kChunkThreads = 256, kMergeThreads = 1024, kMaxChunks = 32;
-
-__device__ __forceinline__ uint32_t order_key(float v) {
-  if (v != v) return 0;  // NaN below everything
-  uint32_t b = __float_as_uint(v);
-  if (b == 0x80000000u) b = 0;
-  return (b & 0x80000000u) ? ~b : (b | 0x80000000u);
-}
 
 // A stretch of a logit row: element i is id first_id + i.
 struct RowSource {
@@ -57,7 +51,7 @@ __device__ void select_top(const Src& src, int n, int k, int32_t* out_ids, float
     __syncthreads();
     for (int base = 0; base < n; base += kT) {  // a uniform trip count: whole warps take part
       const int i = base + threadIdx.x;
-      const uint32_t u = i < n ? order_key(src.value(i)) : 0;
+      const uint32_t u = i < n ? logit_order_key(src.value(i)) : 0;
       const bool match = i < n && (u & mask) == prefix;
       const int digit = static_cast<int>((u >> shift) & 0xFF);
       // Logits crowd into a few top digits: one atomic per group of lanes with the same digit.
@@ -84,7 +78,7 @@ __device__ void select_top(const Src& src, int n, int k, int32_t* out_ids, float
   int above_before = 0, ties_before = 0;  // over the chunks done; the same in every thread
   for (int base = 0; base < n && above_before + min(ties_before, remaining) < k; base += kT) {
     const int i = base + threadIdx.x;
-    const uint32_t u = i < n ? order_key(src.value(i)) : 0;
+    const uint32_t u = i < n ? logit_order_key(src.value(i)) : 0;
     const bool above = i < n && u > kth, tie = i < n && u == kth;
     const unsigned ballot_above = __ballot_sync(0xffffffffu, above);
     const unsigned ballot_tie = __ballot_sync(0xffffffffu, tie);
