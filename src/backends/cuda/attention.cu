@@ -7,6 +7,7 @@
 #include <string>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
@@ -16,6 +17,7 @@ constexpr int kWarps = 8;
 constexpr int kMaxDimPerLane = 8;  // head_dim <= 256
 
 __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k, const float* v) {
+  pdl_enter();
   const int r = blockIdx.x;
   const int64_t slot =
       static_cast<int64_t>(batch.seq[r]) * kv.capacity + static_cast<int64_t>(batch.slot[r]);
@@ -220,6 +222,7 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
 // taking their turn at the count (a 4096-slot cache launches 16 splits; a short context uses 1).
 template <int kDim, int kBatch, bool kSkip>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+  pdl_enter();
   const int n_used = kSkip ? used_splits(p) : gridDim.z;
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
   split_partial<kDim, kBatch>(p);
@@ -250,6 +253,7 @@ bool serial_attention() {
 __global__ void commit_kv_kernel(float* k, float* v, int64_t k_stride, int64_t v_stride,
                                  int k_width, int v_width, const int32_t* from, const int32_t* to,
                                  int n_moves) {
+  pdl_enter();
   const int layer = blockIdx.y;
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e < k_width) {
@@ -272,7 +276,7 @@ __global__ void commit_kv_kernel(float* k, float* v, int64_t k_stride, int64_t v
 
 void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, const float* v,
               cudaStream_t stream) {
-  if (batch.n_rows > 0) store_kv_kernel<<<batch.n_rows, 128, 0, stream>>>(batch, kv, k, v);
+  if (batch.n_rows > 0) launch(store_kv_kernel, batch.n_rows, 128, 0, stream, batch, kv, k, v);
 }
 
 int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
@@ -288,11 +292,11 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
   const size_t smem = p.batch.n_rows * sizeof(int32_t);
   if (serial_attention()) {
-    attention_kernel<kMaxDimPerLane, 1, false><<<grid, kWarps * 32, smem, stream>>>(p);
+    launch(attention_kernel<kMaxDimPerLane, 1, false>, grid, kWarps * 32, smem, stream, p);
   } else if (p.head_dim_v <= 128) {
-    attention_kernel<4, 8, true><<<grid, kWarps * 32, smem, stream>>>(p);
+    launch(attention_kernel<4, 8, true>, grid, kWarps * 32, smem, stream, p);
   } else {
-    attention_kernel<kMaxDimPerLane, 8, true><<<grid, kWarps * 32, smem, stream>>>(p);
+    launch(attention_kernel<kMaxDimPerLane, 8, true>, grid, kWarps * 32, smem, stream, p);
   }
 }
 
@@ -302,8 +306,8 @@ void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_strid
   if (n_moves == 0) return;
   const int width = k_width > v_width ? k_width : v_width;
   const dim3 grid((width + 127) / 128, n_layer);
-  commit_kv_kernel<<<grid, 128, 0, stream>>>(k, v, k_layer_stride, v_layer_stride, k_width, v_width,
-                                             from, to, n_moves);
+  launch(commit_kv_kernel, grid, 128, 0, stream, k, v, k_layer_stride, v_layer_stride, k_width,
+         v_width, from, to, n_moves);
 }
 
 }  // namespace salvo::cuda

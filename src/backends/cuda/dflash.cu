@@ -5,6 +5,7 @@
 #include <climits>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace salvo::cuda {
 namespace {
@@ -23,6 +24,7 @@ __device__ __forceinline__ bool ranks_before(float va, int ia, float vb, int ib)
 __global__ void __launch_bounds__(kTopThreads)
     top_candidates_kernel(const float* logits, int n_vocab, int n_tokens, int k, int32_t* ids,
                           float* logprobs) {
+  pdl_enter();
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * n_vocab;
   float tv[kK];
   int ti[kK];
@@ -118,6 +120,7 @@ __device__ __forceinline__ int child_depth(int parent_row, int k) {
 // One thread per (parent row, hidden unit).
 __global__ void adapter_activation_kernel(const float* ah, float* ae, int n_parents, int hidden,
                                           int k) {
+  pdl_enter();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_parents) * hidden) return;
   const int r = static_cast<int>(idx / hidden), j = static_cast<int>(idx % hidden);
@@ -128,6 +131,7 @@ __global__ void adapter_activation_kernel(const float* ah, float* ae, int n_pare
 // One block per parent row: u = y[child depth] + bu, then a warp per candidate dot product.
 __global__ void adapter_scores_kernel(const float* y, float* bu, const float* cand_rows, int dim,
                                       int k, float* scores) {
+  pdl_enter();
   const int r = blockIdx.x;
   const int d = child_depth(r, k);
   float* u = bu + static_cast<int64_t>(r) * dim;
@@ -149,8 +153,8 @@ __global__ void adapter_scores_kernel(const float* y, float* bu, const float* ca
 void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, int k, int32_t* ids,
                     float* logprobs, cudaStream_t stream) {
   if (n_rows > 0 && k > 0) {
-    top_candidates_kernel<<<n_rows, kTopThreads, 0, stream>>>(logits, n_vocab, n_tokens, k, ids,
-                                                              logprobs);
+    launch(top_candidates_kernel, n_rows, kTopThreads, 0, stream, logits, n_vocab, n_tokens, k, ids,
+           logprobs);
   }
 }
 
@@ -158,15 +162,15 @@ void adapter_activation(const float* ah, float* ae, int n_parents, int hidden, i
                         cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(n_parents) * hidden;
   if (n > 0) {
-    adapter_activation_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(
-        ah, ae, n_parents, hidden, k);
+    launch(adapter_activation_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, ah,
+           ae, n_parents, hidden, k);
   }
 }
 
 void adapter_scores(const float* y, float* bu, const float* cand_rows, int n_parents, int dim,
                     int k, float* scores, cudaStream_t stream) {
   if (n_parents > 0) {
-    adapter_scores_kernel<<<n_parents, 256, 0, stream>>>(y, bu, cand_rows, dim, k, scores);
+    launch(adapter_scores_kernel, n_parents, 256, 0, stream, y, bu, cand_rows, dim, k, scores);
   }
 }
 

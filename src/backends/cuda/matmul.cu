@@ -18,6 +18,7 @@
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 
 namespace salvo::cuda {
 namespace {
@@ -43,6 +44,7 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(MatmulParams p, int64_
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int64_t o = blockIdx.x;
   const uint8_t* row = static_cast<const uint8_t*>(p.w) + o * row_bytes;
+  pdl_enter();
   const int n_chunks = static_cast<int>(p.n_in / 16);
   const int n_rows = static_cast<int>(p.n_rows);
   float acc[R];
@@ -80,21 +82,21 @@ __global__ void __launch_bounds__(kThreads) matmul_kernel(MatmulParams p, int64_
 }
 
 template <DType T, int R>
-void launch(const MatmulParams& p, cudaStream_t stream) {
+void launch_float(const MatmulParams& p, cudaStream_t stream) {
   const int64_t row_bytes = p.n_in / ChunkTraits<T>::kChunks / 16 * ChunkTraits<T>::kBlockBytes;
-  matmul_kernel<T, R><<<static_cast<unsigned>(p.n_out), kThreads, 0, stream>>>(p, row_bytes);
+  launch(matmul_kernel<T, R>, static_cast<unsigned>(p.n_out), kThreads, 0, stream, p, row_bytes);
 }
 
 template <DType T>
 void launch_rows(const MatmulParams& p, cudaStream_t stream) {
   // The smallest accumulator array that holds the rows: fewer registers, more warps in flight.
-  if (p.n_rows <= 1) return launch<T, 1>(p, stream);
-  if (p.n_rows <= 2) return launch<T, 2>(p, stream);
-  if (p.n_rows <= 4) return launch<T, 4>(p, stream);
-  if (p.n_rows <= 8) return launch<T, 8>(p, stream);
-  if (p.n_rows <= 16) return launch<T, 16>(p, stream);
-  if (p.n_rows <= 32) return launch<T, 32>(p, stream);
-  return launch<T, 64>(p, stream);
+  if (p.n_rows <= 1) return launch_float<T, 1>(p, stream);
+  if (p.n_rows <= 2) return launch_float<T, 2>(p, stream);
+  if (p.n_rows <= 4) return launch_float<T, 4>(p, stream);
+  if (p.n_rows <= 8) return launch_float<T, 8>(p, stream);
+  if (p.n_rows <= 16) return launch_float<T, 16>(p, stream);
+  if (p.n_rows <= 32) return launch_float<T, 32>(p, stream);
+  return launch_float<T, 64>(p, stream);
 }
 
 }  // namespace

@@ -21,6 +21,7 @@
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
@@ -483,6 +484,7 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     mma_kernel(const __grid_constant__ MmaGroup grp) {
   int tile;
   const MmaArgs& p = group_part(grp, tile);
+  pdl_enter();
   // The first piece reads its arguments in place (every decode and verification launch).
   if (blockIdx.y == 0) {
     mma_tile<T, NT>(p, tile);
@@ -695,6 +697,7 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   extern __shared__ uint4 dp4a_smem[];
   int tile;
   const MmaArgs& p = group_part(grp, tile);
+  pdl_enter();
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const int o_raw = tile * 32 + lane;
   const int n_blocks = p.n_in / F::kElems;
@@ -840,9 +843,9 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
 }
 
 template <DType T, int NT>
-void launch(MmaGroup grp, int warps, cudaStream_t stream) {
+void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
-  mma_kernel<T, NT><<<dim3(blocks, row_pieces(grp)), 32 * warps, 0, stream>>>(grp);
+  launch(mma_kernel<T, NT>, dim3(blocks, row_pieces(grp)), 32 * warps, 0, stream, grp);
 }
 
 template <DType T, int R>
@@ -854,7 +857,7 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  dp4a_kernel<T, R><<<blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream>>>(grp);  // 1 piece
+  launch(dp4a_kernel<T, R>, blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream, grp);  // 1 piece
 }
 
 template <DType T>
@@ -867,12 +870,12 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
     if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
     return launch_dp4a<T, 8>(grp, warps, stream);
   }
-  if (n_rows <= 8) return launch<T, 1>(grp, warps, stream);
-  if (n_rows <= 16) return launch<T, 2>(grp, warps, stream);
+  if (n_rows <= 8) return launch_mma<T, 1>(grp, warps, stream);
+  if (n_rows <= 16) return launch_mma<T, 2>(grp, warps, stream);
   // A 16-node tree is 17 rows with its root: 24-row tiles, not 32.
-  if (n_rows <= 24) return launch<T, 3>(grp, warps, stream);
-  if (n_rows <= 32) return launch<T, 4>(grp, warps, stream);
-  return launch<T, 8>(grp, warps, stream);  // more than 64 rows: every 64-row piece too
+  if (n_rows <= 24) return launch_mma<T, 3>(grp, warps, stream);
+  if (n_rows <= 32) return launch_mma<T, 4>(grp, warps, stream);
+  return launch_mma<T, 8>(grp, warps, stream);  // more than 64 rows: every 64-row piece too
 }
 
 // ---- activation quantization ----------------------------------------------------------------
@@ -880,6 +883,7 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
 // One warp per 32-element block of a row.
 __global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, int8_t* q,
                                 Q8Meta* meta, int64_t meta_stride) {
+  pdl_enter();
   const int64_t n_blocks = n_in / 32;
   const int64_t id = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
   const int lane = threadIdx.x % 32;
@@ -944,8 +948,8 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
   const int64_t threads = n_rows * n_in;  // one per element
   if (threads == 0) return;
   constexpr int kBlock = 256;
-  quantize_kernel<<<static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream>>>(
-      x, n_rows, n_in, q, meta, meta_stride);
+  launch(quantize_kernel, static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream,
+         x, n_rows, n_in, q, meta, meta_stride);
 }
 
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream) {

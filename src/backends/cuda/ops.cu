@@ -4,6 +4,7 @@
 
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "backends/cuda/q8.cuh"
 #include "util/check.h"
 
@@ -38,6 +39,7 @@ constexpr int kMaxPerThread = 8;
 template <int kT>
 __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, const float* w,
                                                       float* out, int dim, float eps, Q8Out q) {
+  pdl_enter();
   const int64_t row = blockIdx.x;
   float* xr = x + row * dim;
   float* yr = out + row * dim;
@@ -87,13 +89,13 @@ void launch_norm(float* x, const float* h, const float* w, float* out, int64_t n
   if (n_rows == 0) return;
   const unsigned grid = static_cast<unsigned>(n_rows);
   if (dim <= 4 * 64) {
-    rms_norm_kernel<64><<<grid, 64, 0, stream>>>(x, h, w, out, dim, eps, q);
+    launch(rms_norm_kernel<64>, grid, 64, 0, stream, x, h, w, out, dim, eps, q);
   } else if (dim <= 4 * 256) {
-    rms_norm_kernel<256><<<grid, 256, 0, stream>>>(x, h, w, out, dim, eps, q);
+    launch(rms_norm_kernel<256>, grid, 256, 0, stream, x, h, w, out, dim, eps, q);
   } else if (dim <= 4 * 512) {
-    rms_norm_kernel<512><<<grid, 512, 0, stream>>>(x, h, w, out, dim, eps, q);
+    launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, h, w, out, dim, eps, q);
   } else {
-    rms_norm_kernel<1024><<<grid, 1024, 0, stream>>>(x, h, w, out, dim, eps, q);
+    launch(rms_norm_kernel<1024>, grid, 1024, 0, stream, x, h, w, out, dim, eps, q);
   }
 }
 
@@ -115,6 +117,7 @@ __device__ __forceinline__ void rope_pair(float* v, int i, int half, float pos, 
 // One thread per (row, head, rotated pair).
 __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, int n_heads,
                             int head_dim, int n_rot, float theta_scale, bool neox) {
+  pdl_enter();
   const int half = n_rot / 2;
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= n_rows * n_heads * half) return;
@@ -127,6 +130,7 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, 
 // One block per (batch row, head) of q and k: the head's pairs; the blocks of the K heads then
 // store their head's K and the matching V slice into the row's cache slot.
 __global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
+  pdl_enter();
   const int r = blockIdx.x, head = blockIdx.y;
   const int half = p.n_rot / 2;
   const bool is_k = head >= p.n_head;
@@ -159,11 +163,13 @@ __device__ __forceinline__ float gelu_tanh_times(float g, float u) {
 }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) gate[i] = silu_times(gate[i], up[i]);
 }
 
 __global__ void gelu_tanh_mul_kernel(float* gate, const float* up, int64_t n) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) gate[i] = gelu_tanh_times(gate[i], up[i]);
 }
@@ -171,6 +177,7 @@ __global__ void gelu_tanh_mul_kernel(float* gate, const float* up, int64_t n) {
 // A warp per 32 consecutive elements, which are one quantization block (width % 32 == 0).
 template <GatedAct A>
 __global__ void gated_act_q8_kernel(float* gate, const float* up, int64_t n, int width, Q8Out q) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i - threadIdx.x % 32 >= n) return;  // the whole warp is past the end
   const float v =
@@ -183,11 +190,13 @@ __global__ void gated_act_q8_kernel(float* gate, const float* up, int64_t n, int
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) x[i] += y[i];
 }
 
 __global__ void scale_kernel(float* x, float s, int64_t n) {
+  pdl_enter();
   const int64_t i = static_cast<int64_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i < n) x[i] *= s;
 }
@@ -196,6 +205,7 @@ __global__ void scale_kernel(float* x, float s, int64_t n) {
 template <DType T>
 __global__ void embed_kernel(const uint8_t* table, int64_t row_bytes, int64_t dim,
                              const int32_t* tokens, float* out) {
+  pdl_enter();
   const uint8_t* row = table + static_cast<int64_t>(tokens[blockIdx.x]) * row_bytes;
   float* y = out + static_cast<int64_t>(blockIdx.x) * dim;
   for (int c = threadIdx.x; c < dim / 16; c += kThreads) {
@@ -211,6 +221,7 @@ __global__ void embed_kernel(const uint8_t* table, int64_t row_bytes, int64_t di
 }
 
 __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int dim, float* out) {
+  pdl_enter();
   const float* src = x + static_cast<int64_t>(rows[blockIdx.x]) * dim;
   float* dst = out + static_cast<int64_t>(blockIdx.x) * dim;
   for (int i = threadIdx.x; i < dim; i += kThreads) dst[i] = src[i];
@@ -218,6 +229,7 @@ __global__ void gather_rows_kernel(const float* x, const int32_t* rows, int dim,
 
 __global__ void store_hidden_kernel(const float* x, const float* h, int dim, int slot, int n_slots,
                                     float* out) {
+  pdl_enter();
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
   const float* hr = h + r * dim;
@@ -237,6 +249,7 @@ __device__ void better(float& best, int& best_i, float v, int j) {
 
 __global__ void argmax_kernel(const float* logits, int n_vocab, int32_t* out, float* part_val,
                               int* part_idx, int* counts) {
+  pdl_enter();
   const int row = blockIdx.y, chunk = blockIdx.x;
   const float* r = logits + static_cast<int64_t>(row) * n_vocab;
   const int per = (n_vocab + kArgmaxBlocks - 1) / kArgmaxBlocks;
@@ -280,8 +293,8 @@ struct EmbedLaunch {
   template <DType T>
   void operator()() const {
     const int64_t row_bytes = dim / ChunkTraits<T>::kChunks / 16 * ChunkTraits<T>::kBlockBytes;
-    embed_kernel<T><<<static_cast<unsigned>(n), kThreads, 0, stream>>>(
-        static_cast<const uint8_t*>(table), row_bytes, dim, tokens, out);
+    launch(embed_kernel<T>, static_cast<unsigned>(n), kThreads, 0, stream,
+           static_cast<const uint8_t*>(table), row_bytes, dim, tokens, out);
   }
 };
 
@@ -303,8 +316,8 @@ void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int h
   const int64_t n = n_rows * n_heads * (n_rot / 2);
   if (n == 0) return;
   const float theta_scale = powf(base, -2.0f / static_cast<float>(n_rot));
-  rope_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
-      x, positions, n_rows, n_heads, head_dim, n_rot, theta_scale, mode == RopeMode::kRopeNeox);
+  launch(rope_kernel, blocks_for(n), kThreads, 0, stream, x, positions, n_rows, n_heads, head_dim,
+         n_rot, theta_scale, mode == RopeMode::kRopeNeox);
 }
 
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
@@ -317,11 +330,11 @@ void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, in
   const int64_t n = n_rows * width;
   if (n == 0) return;
   if (act == GatedAct::kSilu) {
-    gated_act_q8_kernel<GatedAct::kSilu>
-        <<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, width, q);
+    launch(gated_act_q8_kernel<GatedAct::kSilu>, blocks_for(n), kThreads, 0, stream, gate, up, n,
+           width, q);
   } else {
-    gated_act_q8_kernel<GatedAct::kGeluTanh>
-        <<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n, width, q);
+    launch(gated_act_q8_kernel<GatedAct::kGeluTanh>, blocks_for(n), kThreads, 0, stream, gate, up,
+           n, width, q);
   }
 }
 
@@ -330,23 +343,23 @@ void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
   const float theta_scale = powf(p.base, -2.0f / static_cast<float>(p.n_rot));
   const dim3 grid(static_cast<unsigned>(p.batch.n_rows),
                   static_cast<unsigned>(p.n_head + p.n_head_kv));
-  rope_store_kv_kernel<<<grid, 64, 0, stream>>>(p, theta_scale);
+  launch(rope_store_kv_kernel, grid, 64, 0, stream, p, theta_scale);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  if (n > 0) silu_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
+  if (n > 0) launch(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, n);
 }
 
 void gelu_tanh_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
-  if (n > 0) gelu_tanh_mul_kernel<<<blocks_for(n), kThreads, 0, stream>>>(gate, up, n);
+  if (n > 0) launch(gelu_tanh_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, n);
 }
 
 void add(float* x, const float* y, int64_t n, cudaStream_t stream) {
-  if (n > 0) add_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, y, n);
+  if (n > 0) launch(add_kernel, blocks_for(n), kThreads, 0, stream, x, y, n);
 }
 
 void scale(float* x, float s, int64_t n, cudaStream_t stream) {
-  if (n > 0) scale_kernel<<<blocks_for(n), kThreads, 0, stream>>>(x, s, n);
+  if (n > 0) launch(scale_kernel, blocks_for(n), kThreads, 0, stream, x, s, n);
 }
 
 void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, int64_t n, float* out,
@@ -358,14 +371,14 @@ void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, in
 void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float* out,
                  cudaStream_t stream) {
   if (n > 0)
-    gather_rows_kernel<<<static_cast<unsigned>(n), kThreads, 0, stream>>>(x, rows, dim, out);
+    launch(gather_rows_kernel, static_cast<unsigned>(n), kThreads, 0, stream, x, rows, dim, out);
 }
 
 void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
                   float* out, cudaStream_t stream) {
   if (n_rows > 0) {
-    store_hidden_kernel<<<static_cast<unsigned>(n_rows), kThreads, 0, stream>>>(x, h, dim, slot,
-                                                                                n_slots, out);
+    launch(store_hidden_kernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, x, h, dim, slot,
+           n_slots, out);
   }
 }
 
@@ -384,8 +397,8 @@ void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void
   int* counts = static_cast<int*>(scratch);
   float* part_val = reinterpret_cast<float*>(counts + cap);
   int* part_idx = reinterpret_cast<int*>(part_val + cap * kArgmaxBlocks);
-  argmax_kernel<<<dim3(kArgmaxBlocks, static_cast<unsigned>(n_rows)), kThreads, 0, stream>>>(
-      logits, n_vocab, out, part_val, part_idx, counts);
+  launch(argmax_kernel, dim3(kArgmaxBlocks, static_cast<unsigned>(n_rows)), kThreads, 0, stream,
+         logits, n_vocab, out, part_val, part_idx, counts);
 }
 
 }  // namespace salvo::cuda

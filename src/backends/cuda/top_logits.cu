@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
 #include "ops/logit_order.h"
 #include "util/check.h"
 
@@ -110,6 +111,7 @@ int chunks_for(int n_vocab, int k) { return std::max(1, std::min(kMaxChunks, n_v
 __global__ void __launch_bounds__(kChunkThreads)
     chunk_top_kernel(const float* logits, int n_vocab, int k, int n_chunks, int32_t* ids,
                      float* values) {
+  pdl_enter();
   const int chunk = blockIdx.x, row = blockIdx.y;
   const int len = n_vocab / n_chunks;
   const int begin = chunk * len, end = chunk == n_chunks - 1 ? n_vocab : begin + len;
@@ -121,6 +123,7 @@ __global__ void __launch_bounds__(kChunkThreads)
 __global__ void __launch_bounds__(kMergeThreads)
     merge_top_kernel(const int32_t* list_ids, const float* list_values, int n_list, int k,
                      int32_t* ids, float* values) {
+  pdl_enter();
   const int64_t row = blockIdx.x;
   select_top<kMergeThreads>(ListSource{list_values + row * n_list, list_ids + row * n_list}, n_list,
                             k, ids + row * k, values + row * k);
@@ -140,18 +143,18 @@ void top_logits(const float* logits, int64_t n_rows, int n_vocab, int k, int32_t
   if (n_rows == 0) return;
   const int n_chunks = chunks_for(n_vocab, k);
   if (n_chunks == 1) {
-    chunk_top_kernel<<<dim3(1, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream>>>(
-        logits, n_vocab, k, 1, ids, values);
+    launch(chunk_top_kernel, dim3(1, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream,
+           logits, n_vocab, k, 1, ids, values);
     return;
   }
   SALVO_CHECK(scratch_bytes >= top_logits_scratch_bytes(n_rows, n_vocab, k));
   const int64_t n_list = static_cast<int64_t>(n_chunks) * k;
   int32_t* list_ids = static_cast<int32_t*>(scratch);
   float* list_values = reinterpret_cast<float*>(list_ids + n_rows * n_list);
-  chunk_top_kernel<<<dim3(n_chunks, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream>>>(
-      logits, n_vocab, k, n_chunks, list_ids, list_values);
-  merge_top_kernel<<<static_cast<unsigned>(n_rows), kMergeThreads, 0, stream>>>(
-      list_ids, list_values, static_cast<int>(n_list), k, ids, values);
+  launch(chunk_top_kernel, dim3(n_chunks, static_cast<unsigned>(n_rows)), kChunkThreads, 0, stream,
+         logits, n_vocab, k, n_chunks, list_ids, list_values);
+  launch(merge_top_kernel, static_cast<unsigned>(n_rows), kMergeThreads, 0, stream, list_ids,
+         list_values, static_cast<int>(n_list), k, ids, values);
 }
 
 }  // namespace salvo::cuda
