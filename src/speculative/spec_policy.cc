@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 namespace salvo {
 namespace {
@@ -12,27 +13,52 @@ double ema(double old_value, double sample, double alpha) {
 
 }  // namespace
 
+bool SpecPolicy::pass_fresh(int rows) const {
+  return recorded_passes_ - measured_at_by_rows_[rows] <= kStalePasses;
+}
+
 double SpecPolicy::pass_ms(int rows) const {
   const int n = static_cast<int>(pass_ms_by_rows_.size());
-  if (rows < n && pass_ms_by_rows_[rows] > 0) return pass_ms_by_rows_[rows];
-  int lo = std::min(rows, n - 1), hi = rows + 1;
-  while (lo >= 1 && pass_ms_by_rows_[lo] == 0) --lo;
-  while (hi < n && pass_ms_by_rows_[hi] == 0) ++hi;
+  if (rows < 1) return 0;
+  // Stale counts are left out while a fresh wider count gives the curve a shape without them;
+  // where none does (drafting paused for a while), the stale figures still beat the prior.
+  bool fresh_wide = false;
+  for (int j = 2; j < n && !fresh_wide; ++j) fresh_wide = pass_ms_by_rows_[j] > 0 && pass_fresh(j);
+  auto usable = [&](int j) {
+    return pass_ms_by_rows_[j] > 0 && (j == 1 || !fresh_wide || pass_fresh(j));
+  };
+  // The cheapest usable count wider than `rows` bounds it from above (the one-row pass aside:
+  // every comparison is against it as measured).
+  double bound = std::numeric_limits<double>::infinity();
+  int hi = n;
+  for (int j = n - 1; j > rows; --j) {
+    if (usable(j)) bound = std::min(bound, pass_ms_by_rows_[j]), hi = j;
+  }
+  if (rows < n && usable(rows)) {
+    return rows == 1 ? pass_ms_by_rows_[1] : std::min(pass_ms_by_rows_[rows], bound);
+  }
+  int lo = std::min(rows, n) - 1;
+  while (lo >= 1 && !usable(lo)) --lo;
   const bool has_lo = lo >= 1, has_hi = hi < n;
   if (!has_lo && !has_hi) return 0;
+  const double t_lo = !has_lo   ? 0
+                      : lo == 1 ? pass_ms_by_rows_[1]
+                                : std::min(pass_ms_by_rows_[lo], bound);
+  double estimate;
   if (has_lo && has_hi) {
     const double t = static_cast<double>(rows - lo) / (hi - lo);
-    return pass_ms_by_rows_[lo] + t * (pass_ms_by_rows_[hi] - pass_ms_by_rows_[lo]);
+    estimate = t_lo + t * (bound - t_lo);
+  } else if (has_lo && lo > 1 && usable(1)) {
+    // Beyond the usable counts: along the line from the one-row pass to the widest of them.
+    const double slope = std::max(0.0, (t_lo - pass_ms_by_rows_[1]) / (lo - 1));
+    estimate = t_lo + slope * (rows - lo);
+  } else {
+    // No such line: the prior cost per row from the nearest count.
+    const int ref = has_lo ? lo : hi;
+    const double t_ref = has_lo ? t_lo : bound;
+    estimate = t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
   }
-  // Beyond the measured counts: along the line from the one-row pass to the largest measured
-  // count, or with the prior cost per row where there is no such line.
-  const int ref = has_lo ? lo : hi;
-  const double t_ref = pass_ms_by_rows_[ref];
-  if (has_lo && lo > 1 && pass_ms_by_rows_[1] > 0) {
-    const double slope = std::max(0.0, (t_ref - pass_ms_by_rows_[1]) / (lo - 1));
-    return t_ref + slope * (rows - lo);
-  }
-  return t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
+  return rows == 1 ? estimate : std::min(estimate, bound);
 }
 
 std::vector<double> SpecPolicy::acceptance_curve(int depth, bool chain) const {
@@ -181,7 +207,13 @@ void SpecPolicy::record(const PassRecord& measured) {
   if (static_cast<int>(pass_ms_by_rows_.size()) <= measured.rows) {
     pass_ms_by_rows_.resize(measured.rows + 1, 0);
     passes_by_rows_.resize(measured.rows + 1, 0);
+    measured_at_by_rows_.resize(measured.rows + 1, 0);
   }
+  // A stale figure is the one this count is being re-measured to replace: averaged in, it would
+  // keep the count looking as dear as when it went stale for several more passes.
+  const bool stale =
+      measured.rows > 1 && pass_ms_by_rows_[measured.rows] > 0 && !pass_fresh(measured.rows);
+  ++recorded_passes_;
   // The first pass of a row count may carry one-time work (a CUDA graph captured for the new
   // shape: 2-7 ms on the H200 against a 2.5 ms pass), and a cost that high would keep that
   // count from being chosen again to be re-measured. So it is not kept: the count stays
@@ -196,10 +228,15 @@ void SpecPolicy::record(const PassRecord& measured) {
     if (estimate > 0) pass.pass_ms = std::min(pass.pass_ms, estimate);
   } else if (pass.rows == 1 && passes_by_rows_[1] == 1) {
     pass_ms_by_rows_[1] = pass.pass_ms;
+  } else if (stale) {
+    pass_ms_by_rows_[pass.rows] = pass.pass_ms;
   } else {
     // While drafting, plain passes are the sparse re-measurements: each must count.
     const double alpha = pass.rows == 1 ? kPlainAlpha : kAlpha;
     pass_ms_by_rows_[pass.rows] = ema(pass_ms_by_rows_[pass.rows], pass.pass_ms, alpha);
+  }
+  if (pass.rows == 1 || passes_by_rows_[pass.rows] > 0) {  // a first pass measured nothing
+    measured_at_by_rows_[pass.rows] = recorded_passes_;
   }
   ++passes_by_rows_[pass.rows];
   const bool after_plain = previous_plain_;

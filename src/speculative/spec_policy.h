@@ -3,7 +3,15 @@
 // too, so a tree is worth verifying only while the tokens it yields per unit of time beat plain
 // decoding. The adaptive policy measures everything from the session's own passes:
 //   - the time of a pass by row count (an EMA per row count; unmeasured counts are interpolated,
-//     or extrapolated along the line from one row to the largest measured count);
+//     or extrapolated along the line from one row to the largest measured count). The policy
+//     only re-measures the counts it chooses, so a figure too high (warm-up noise: 3.6 ms for
+//     7 rows early in an H200 session, 2.7 later) kept its count from being chosen, and, as the
+//     end of the line, made every wider count look dear too: that session drafted 4-node trees
+//     and 42% plain passes where fixed 8-deep trees gave 1.3x the tok/s. So no figure may last
+//     unchecked: a pass costs no more than any measured wider pass (a wider pass does no less
+//     work), and a count not measured for kStalePasses recorded passes is estimated from the
+//     fresh counts instead of its own figure, so it looks as cheap as they say, is chosen and
+//     measured again (where nothing fresher exists, a stale figure still beats the prior);
 //   - the drafter's time by tree depth (an EMA per depth, fitted by a line: a fixed part, which
 //     is most of a DFlash block pass, and a part per level, which is most of a draft model's;
 //     in steady state: the first drafted pass after plain ones, where a draft model catches up
@@ -87,6 +95,12 @@ class SpecPolicy {
   // untried and has its prior moved kExplore of the way to 1.
   static constexpr double kUntriedCount = 0.5;
   static constexpr double kExplore = 0.5;
+  // Recorded passes after which a row count's figure is stale. Longer than the policy's own
+  // cycles of re-visiting sizes (a plain pass every 8-32 drafted ones, a shape untried for ~34
+  // drafted passes tried again), so the counts it uses stay fresh; short enough that a count
+  // stuck at a wrong figure is re-tried within a few hundred milliseconds on a GPU. Where the
+  // figure was right, a re-try loses part of one pass per kStalePasses.
+  static constexpr int kStalePasses = 64;
   // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
   static constexpr double kPriorRowCost = 0.08;
   static constexpr double kMargin = 1.05;       // drafting must win by 5% to be kept
@@ -103,12 +117,16 @@ class SpecPolicy {
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.
   std::vector<double> acceptance_curve(int depth, bool chain) const;
+  // Whether the count's figure was kept within the last kStalePasses recorded passes.
+  bool pass_fresh(int rows) const;
   // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.
   void add_catch_up(double ms, int missed);
 
   bool adaptive_;
   std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
   std::vector<int> passes_by_rows_;              // [rows] passes seen (the first is not kept)
+  std::vector<int> measured_at_by_rows_;         // [rows] recorded_passes_ at the last kept pass
+  int recorded_passes_ = 0;                      // passes given to record()
   std::vector<double> tested_[2], accepted_[2];  // [chain][depth - 1] decayed counts
   bool draft_measured() const;
   std::vector<double> draft_ms_by_depth_;  // [depth] steady-state EMA; < 0 = not measured

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <utility>
 
 namespace salvo {
 namespace {
@@ -19,13 +20,14 @@ double pass_cost(int rows, double base, double per_row) {
 // `chain_accept` (default: accept - 0.1; deterministically: accepted while the running product
 // stays above a threshold that cycles), the drafter costs `draft_per_level` ms per level and
 // proposes `width` nodes per level. Returns the chains' share of the drafted passes.
-// Depths of the drafted passes of the last simulate() call.
-std::vector<int> g_depths;
+// Depths and row counts of the drafted passes of the last simulate() call.
+std::vector<int> g_depths, g_rows;
 
 double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept, double base,
                 double per_row, double draft_per_level, double width = 2, int passes = 200,
                 double chain_accept = -1, double draft_fixed = 0, double cold_ms = 0) {
   g_depths.clear();
+  g_rows.clear();
   // The first pass of each row count costs cold_ms more (a CUDA graph captured for the shape).
   std::vector<bool> warm(256, false);
   auto cost = [&](int rows) {
@@ -56,6 +58,7 @@ double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept
       ++accepted;
     }
     const int rows = 1 + nodes;
+    g_rows.push_back(rows);
     policy.record({.rows = rows,
                    .pass_ms = cost(rows),
                    .draft_ms = draft_fixed + draft_per_level * size.depth,
@@ -103,6 +106,88 @@ TEST(SpecPolicyTest, PassTimeIsInterpolatedAndExtrapolated) {
   EXPECT_DOUBLE_EQ(policy.pass_ms(9), 18);
   EXPECT_DOUBLE_EQ(policy.pass_ms(5), 14);   // between 1 and 9
   EXPECT_DOUBLE_EQ(policy.pass_ms(17), 26);  // along the line through 1 and 9
+}
+
+// Records a drafted pass of `rows` rows with nothing accepted: only its time matters here.
+void record_pass(SpecPolicy& policy, int rows, double ms) {
+  policy.record({.rows = rows, .pass_ms = ms, .tree_depth = 1, .tested = 1, .tokens_emitted = 1});
+}
+
+// The H200 trace: the 7-row count measured during warm-up (3.6 ms) and not chosen since, while
+// 9 rows measured 2.8. A pass of fewer rows costs no more than a wider one, so 7 rows, and the
+// counts between 5 and 9, are bounded by 2.8.
+TEST(SpecPolicyTest, PassTimeIsBoundedByWiderPasses) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 2.5});
+  policy.record({.rows = 1, .pass_ms = 2.5});
+  for (const auto& [rows, ms] : {std::pair{5, 2.7}, {7, 3.6}, {9, 2.8}}) {
+    record_pass(policy, rows, ms);  // the first pass of a count is not kept
+    record_pass(policy, rows, ms);
+  }
+  EXPECT_DOUBLE_EQ(policy.pass_ms(1), 2.5);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(5), 2.7);
+  EXPECT_LE(policy.pass_ms(7), 2.8);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), 2.8);
+  for (int rows = 6; rows <= 8; ++rows) {
+    EXPECT_GE(policy.pass_ms(rows), 2.7) << rows << " rows";
+    EXPECT_LE(policy.pass_ms(rows), 2.8) << rows << " rows";
+  }
+  EXPECT_GT(policy.pass_ms(12), 2.8);  // beyond the widest: along the line through 1 and 9
+  // The one-row pass stays as measured, even above a wider pass.
+  record_pass(policy, 3, 2.0);
+  record_pass(policy, 3, 2.0);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(1), 2.5);
+  EXPECT_LE(policy.pass_ms(2), 2.0);
+}
+
+// No wider count bounds a 7-row figure measured dear during warm-up (3.6 ms; 2.8 since): once it
+// is stale, its estimate comes from the fresh counts, the tree that uses it is drafted again and
+// its figure is re-measured.
+TEST(SpecPolicyTest, StalePassTimeIsReestimatedAndRemeasured) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 2.5});
+  policy.record({.rows = 1, .pass_ms = 2.5});
+  for (int i = 0; i < 2; ++i) {
+    policy.record({.rows = 7,
+                   .pass_ms = 3.6,
+                   .draft_ms = 0.3,
+                   .tree_depth = 3,
+                   .accepted = 2,
+                   .tested = 3,
+                   .tokens_emitted = 3});
+  }
+  EXPECT_DOUBLE_EQ(policy.pass_ms(7), 3.6);
+  // Passes cost 2.5 ms + 0.05 per row (7 rows: 2.8). With the caps 6/3 the 3-deep tree has 7
+  // rows: at 3.6 ms it loses to the 2-deep tree (5 rows), at 2.8 it wins. Chains accept too
+  // little to compete.
+  simulate(policy, 6, 3, /*accept=*/0.8, /*base=*/2.5, /*per_row=*/0.02, /*draft=*/0.1,
+           /*width=*/2, /*passes=*/300, /*chain_accept=*/0.4);
+  EXPECT_TRUE(policy.drafting());
+  // The drafted passes before the 7-row figure went stale did not use it; later ones did.
+  EXPECT_EQ(std::count(g_rows.begin(), g_rows.begin() + 40, 7), 0);
+  EXPECT_GT(std::count(g_rows.end() - 100, g_rows.end(), 7), 50);
+  EXPECT_NEAR(policy.pass_ms(7), 2.8, 1e-9);
+  EXPECT_EQ(policy.best_size(6, 3).depth, 3);
+}
+
+// With nothing fresher (drafting paused for longer than a count stays fresh), the stale figures
+// still give the curve, not the prior per row.
+TEST(SpecPolicyTest, StalePassTimesBeatThePrior) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 10});
+  policy.record({.rows = 1, .pass_ms = 10});
+  record_pass(policy, 9, 30);
+  record_pass(policy, 9, 30);
+  for (int i = 0; i < 200; ++i) policy.record({.rows = 1, .pass_ms = 10});
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), 30);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(5), 20);
+  // A fresh wider count takes over from the stale one, in both directions.
+  record_pass(policy, 13, 16);
+  record_pass(policy, 13, 16);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), 14);  // between 1 and 13, the stale 30 left out
+  // The stale count re-measured replaces its figure instead of averaging with it.
+  record_pass(policy, 9, 12);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), 12);
 }
 
 TEST(SpecPolicyTest, HighAcceptanceAndCheapRowsDraftDeep) {
