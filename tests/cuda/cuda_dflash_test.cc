@@ -184,7 +184,9 @@ TEST(CudaDflashKernels, TopCandidatesMatchCpu) {
   ASSERT_EQ(cudaMalloc(&d_lp, n_rows * k * sizeof(float)), cudaSuccess);
   ASSERT_EQ(cudaMalloc(&d_ids, n_rows * k * sizeof(int32_t)), cudaSuccess);
   cudaMemcpy(d_logits, logits.data(), logits.size() * sizeof(float), cudaMemcpyHostToDevice);
-  cuda::top_candidates(d_logits, n_rows, n_vocab, n_tokens, k, d_ids, d_lp, 0);
+  void* d_scratch = nullptr;
+  ASSERT_EQ(cudaMalloc(&d_scratch, cuda::top_candidates_scratch_bytes(n_rows)), cudaSuccess);
+  cuda::top_candidates(d_logits, n_rows, n_vocab, n_tokens, k, d_ids, d_lp, d_scratch, 0);
   std::vector<int32_t> ids(n_rows * k);
   std::vector<float> lp(n_rows * k);
   ASSERT_EQ(cudaMemcpy(ids.data(), d_ids, ids.size() * 4, cudaMemcpyDeviceToHost), cudaSuccess);
@@ -192,6 +194,7 @@ TEST(CudaDflashKernels, TopCandidatesMatchCpu) {
   cudaFree(d_logits);
   cudaFree(d_lp);
   cudaFree(d_ids);
+  cudaFree(d_scratch);
   double max_err = 0;
   for (int r = 0; r < n_rows; ++r) {
     const Candidates want =
@@ -372,11 +375,13 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
             "err| %.3g, worst rank gap %.3g (logit std units)\n",
             path.c_str(), dir.c_str(), at, r.top1_agree, r.depths, width, r.overlap, r.slots,
             r.max_logprob_err, r.worst_rank_gap);
-        // The LM head's activations are int8 on the CPU and float here: near-ties may swap.
+        // The LM head's activations are int8 on the CPU and float here, and the device keeps
+        // the drafter's matrices as Q8_0 (the CPU as F16): near-ties may swap. 0.1: the random
+        // drafter on the real Qwen2.5-Coder-1.5B measured 0.06 with Q8_0 (H200, session 10).
         EXPECT_GE(r.top1_agree, r.depths - 2);
         EXPECT_GE(r.overlap, r.slots * 8 / 10);
-        EXPECT_LT(r.max_logprob_err, 0.05);
-        EXPECT_LT(r.worst_rank_gap, 0.05);
+        EXPECT_LT(r.max_logprob_err, 0.1);
+        EXPECT_LT(r.worst_rank_gap, 0.1);
 
         // The adapter's scores for every parent the tree may use, on the device's candidates.
         if (cd.has_adapter()) {

@@ -1,5 +1,5 @@
 // The DFlash drafter on the GPU (dflash_runner.h). DeviceDflash holds the drafter's weights on
-// the device (matrices as F16; the adapter's F32, as on the CPU) and the target's device
+// the device (matrices as Q8_0; the adapter's F32, as on the CPU) and the target's device
 // embedding and LM head, which it reads in place. Each sequence's DeviceDflashRunner keeps the
 // drafter's context K/V ([capacity, kv_width] per layer, committed positions first) and runs
 // a draft pass as one captured CUDA graph: the block [root, mask, ...] through the layers
@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "backends/cpu/quantize_acts.h"
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
@@ -93,29 +94,60 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
     *device = static_cast<const float*>(d);
     return Status();
   }
-  // F16 matrices go as they are, F32 ones become F16 when `to_f16` (half the bytes per pass).
-  Status upload_matrix(const WeightView& w, bool to_f16, MatmulParams* p) {
+  // The layers' matrices and fc (`compact`) go to the device as Q8_0, read by the int8
+  // tensor-core kernel: as F16 through the float kernel they took ~0.45 ms of a 1.1 ms draft pass
+  // (2 layers, 16 rows, H200 session 10). The CPU drafter keeps F16; the drafts differ by Q8_0's
+  // rounding (cuda_dflash_test bounds the log-probabilities' error), which verification makes
+  // harmless: the text is the target's either way. SALVO_DFLASH_CUDA_F16=1 keeps F16. The
+  // adapter's small matrices stay F32, as on the CPU.
+  Status upload_matrix(const WeightView& w, bool compact, MatmulParams* p) {
     if (w.n_in % 16 != 0) {
       return Status::error("drafter matrix with " + std::to_string(w.n_in) +
                            " columns has no CUDA kernel (a multiple of 16 is needed)");
     }
+    if (w.type != DType::kF16 && w.type != DType::kF32) {
+      return Status::error("drafter matrices are F16 or F32 in memory");
+    }
     p->n_out = w.n_out;
     p->n_in = w.n_in;
     const size_t n = static_cast<size_t>(w.n_out) * w.n_in;
-    if (w.type == DType::kF16) {
+    if (!compact) {
+      p->type = w.type;
+      return upload_bytes(w.data, n * (w.type == DType::kF32 ? sizeof(float) : sizeof(uint16_t)),
+                          &p->w);
+    }
+    if (w.type == DType::kF16 && (keep_f16() || w.n_in % 32 != 0)) {
       p->type = DType::kF16;
       return upload_bytes(w.data, n * sizeof(uint16_t), &p->w);
     }
-    if (w.type != DType::kF32) return Status::error("drafter matrices are F16 or F32 in memory");
-    const float* f = static_cast<const float*>(w.data);
-    if (!to_f16) {
-      p->type = DType::kF32;
-      return upload_bytes(f, n * sizeof(float), &p->w);
+    std::vector<float> row(w.n_in);
+    std::vector<uint16_t> f16;
+    std::vector<BlockQ8_0> q8;
+    const bool to_q8 = !keep_f16() && w.n_in % 32 == 0;
+    if (to_q8) {
+      q8.resize(n / 32);
+    } else {
+      f16.resize(n);
     }
-    std::vector<uint16_t> h(n);
-    for (size_t i = 0; i < n; ++i) h[i] = fp32_to_fp16(f[i]);
-    p->type = DType::kF16;
-    return upload_bytes(h.data(), n * sizeof(uint16_t), &p->w);
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      for (int64_t i = 0; i < w.n_in; ++i) {
+        const size_t at = static_cast<size_t>(r) * w.n_in + i;
+        row[i] = w.type == DType::kF16 ? fp16_to_fp32(static_cast<const uint16_t*>(w.data)[at])
+                                       : static_cast<const float*>(w.data)[at];
+        if (!to_q8) f16[at] = fp32_to_fp16(row[i]);
+      }
+      if (to_q8) cpu::quantize_row_q8_0(row.data(), q8.data() + r * (w.n_in / 32), w.n_in);
+    }
+    p->type = to_q8 ? DType::kQ8_0 : DType::kF16;
+    return to_q8 ? upload_bytes(q8.data(), q8.size() * sizeof(BlockQ8_0), &p->w)
+                 : upload_bytes(f16.data(), f16.size() * sizeof(uint16_t), &p->w);
+  }
+  static bool keep_f16() {
+    static const bool keep = [] {
+      const char* v = std::getenv("SALVO_DFLASH_CUDA_F16");
+      return v != nullptr && std::atoi(v) != 0;
+    }();
+    return keep;
   }
 
   std::vector<DeviceBuffer> storage_;
@@ -159,6 +191,7 @@ class DeviceDflashRunner : public DflashRunner {
     // [root, candidates[D][K]]: the parents of the adapter rows, then the candidates.
     SALVO_RETURN_IF_ERROR(ids_.reserve((1 + D * K) * sizeof(int32_t)));
     SALVO_RETURN_IF_ERROR(logprobs_.reserve(D * K * f));
+    SALVO_RETURN_IF_ERROR(top_scratch_.reserve(top_candidates_scratch_bytes(D)));
     if (c.has_adapter()) {
       const size_t H = c.adapter_hidden;
       SALVO_RETURN_IF_ERROR(ah_.reserve(D * H * f));
@@ -198,6 +231,9 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(obs_k_.reserve(rows * c.kv_width() * f));
     SALVO_RETURN_IF_ERROR(obs_v_.reserve(rows * c.kv_width() * f));
     SALVO_RETURN_IF_ERROR(obs_meta_.reserve(3 * rows * sizeof(int32_t)));
+    obs_xq_capacity_ = rows * std::max<size_t>(c.feature_width(), c.n_embd);
+    SALVO_RETURN_IF_ERROR(obs_xq_.reserve(obs_xq_capacity_));
+    SALVO_RETURN_IF_ERROR(obs_xq_meta_.reserve((obs_xq_capacity_ / 32 + rows) * sizeof(Q8Meta)));
     // [positions[n], slots[n], seq ids[n]]: slot i holds position i.
     std::vector<int32_t> meta(3 * rows, 0);
     for (int32_t i = 0; i < n; ++i) meta[i] = meta[n + i] = first + i;
@@ -215,13 +251,13 @@ class DeviceDflashRunner : public DflashRunner {
                        .committed = nullptr};
     float* cx = obs_c_.get<float>();
     // c = RMSNorm(fc F) * hidden_norm: [n, n_embd]; per layer, context K/V skip attn_norm.
-    linear(d_->fc, obs_features_.get<float>(), n, cx);
+    linear(d_->fc, obs_features_.get<float>(), n, cx, true);
     rms_norm(cx, d_->hidden_norm, cx, n, c.n_embd, c.rms_eps, stream_);
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceDflashLayer& l = d_->layers[il];
       float *k = obs_k_.get<float>(), *v = obs_v_.get<float>();
-      linear(l.k, cx, n, k);
-      linear(l.v, cx, n, v);
+      linear(l.k, cx, n, k, true);
+      linear(l.v, cx, n, v, true);
       rms_norm(k, l.k_norm, k, static_cast<int64_t>(n) * c.n_head_kv, c.head_dim, c.rms_eps,
                stream_);
       rope(k, positions, n, c.n_head_kv, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
@@ -357,16 +393,20 @@ class DeviceDflashRunner : public DflashRunner {
 
   // The integer kernels (the target's quantized LM head) take x quantized into this runner's
   // own buffer: a captured graph must not point at memory another stream or caller may move.
-  void linear(const MatmulParams& shape, const float* x, int n, float* y) {
+  // The context rows of observe() take obs_xq_ (grown to their count) instead.
+  void linear(const MatmulParams& shape, const float* x, int n, float* y, bool observing = false) {
     MatmulParams p = shape;
     p.x = x;
     p.n_rows = n;
     p.y = y;
     if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, p.type))) {
-      SALVO_CHECK_MSG(static_cast<size_t>(n) * p.n_in <= xq_capacity_,
-                      "drafter matmul input wider than its int8 buffer");
-      quantize_rows(x, n, p.n_in, xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n, stream_);
-      p.xq = {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), n};
+      DeviceBuffer& q = observing ? obs_xq_ : xq_;
+      DeviceBuffer& meta = observing ? obs_xq_meta_ : xq_meta_;
+      SALVO_CHECK_MSG(
+          static_cast<size_t>(n) * p.n_in <= (observing ? obs_xq_capacity_ : xq_capacity_),
+          "drafter matmul input wider than its int8 buffer");
+      quantize_rows(x, n, p.n_in, q.get<int8_t>(), meta.get<Q8Meta>(), n, stream_);
+      p.xq = {q.get<int8_t>(), meta.get<Q8Meta>(), n};
     }
     matmul(p, stream_);
   }
@@ -444,7 +484,7 @@ class DeviceDflashRunner : public DflashRunner {
     linear(head, y + ne, D, logits_.get<float>());
     int32_t* ids = ids_.get<int32_t>();  // [root, candidates[D][K]]
     top_candidates(logits_.get<float>(), D, static_cast<int>(head.n_out), n_tokens, K, ids + 1,
-                   logprobs_.get<float>(), stream_);
+                   logprobs_.get<float>(), top_scratch_.get(), stream_);
     if (c.has_adapter()) {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
       // 1..D-1's candidates, which are contiguous behind it in ids), scored against the child
@@ -477,13 +517,14 @@ class DeviceDflashRunner : public DflashRunner {
   DeviceBuffer partial_, counts_;
   // The draft pass.
   DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
-      logprobs_;
+      logprobs_, top_scratch_;
   DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
   DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
   size_t xq_capacity_ = 0;     // int8 values xq_ holds
   PinnedBuffer meta_host_, out_host_;
   // observe().
-  DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_;
+  DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_, obs_xq_, obs_xq_meta_;
+  size_t obs_xq_capacity_ = 0;
 };
 
 Expected<std::unique_ptr<DflashRunner>> DeviceDflash::new_runner() const {
