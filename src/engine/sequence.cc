@@ -102,6 +102,8 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
     drafter_vocab_ = request.spec.vocab;
     drafter_seed_ = request.sampling.seed;
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
+  } else {
+    policy_.new_text();
   }
 
   start_time_ = first_token_time_ = Clock::now();

@@ -197,6 +197,29 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   return best_size(max_budget, max_depth, probing ? kProbeDepth : max_depth);
 }
 
+void SpecPolicy::new_text() {
+  for (int s = 0; s < 2; ++s) {
+    for (size_t d = 0; d < tested_[s].size(); ++d) {
+      tested_[s][d] *= kCarriedAcceptance;
+      accepted_[s][d] *= kCarriedAcceptance;
+    }
+  }
+  // The first drafted pass of the new text is a probe (shallow, its rate standing alone), and
+  // the accounts of gains and losses start from nothing.
+  drafted_rate_ = 0;
+  drafting_ = true;
+  previous_plain_ = true;
+  plain_passes_since_probe_ = 0;
+  drafted_since_plain_ = 0;
+  probe_gap_ = kFirstProbe;
+  episode_loss_ms_ = 0;
+  probe_cost_ms_ = 0;
+  gain_ms_ = 0;
+  plain_run_ = 0;
+  drafted_context_ = 0;
+  plain_ms_since_probe_ = 0;
+}
+
 void SpecPolicy::add_catch_up(double ms, int missed) {
   if (missed > 0)
     catch_up_ms_per_token_ = ema(catch_up_ms_per_token_, std::max(0.0, ms) / missed, kAlpha);

@@ -69,6 +69,12 @@ class SpecPolicy {
   // The tree size for the next pass, within the caps; !drafting(): a plain pass.
   DraftSize next(int max_budget, int max_depth);
   void record(const PassRecord& pass);
+  // A new request on the same backend and drafter: the costs stay (they belong to the backend and
+  // the drafter), what belongs to the text goes. Whether drafting paid on the last text (a chat
+  // answer, say) says little about the next one (code), so drafting is on again and probes
+  // start over; the last text's acceptance stays as a prior worth a few passes
+  // (kCarriedAcceptance of its counts).
+  void new_text();
 
   // The model behind next(), exposed for tests and statistics.
   double pass_ms(int rows) const;  // estimated time of a pass of `rows` rows (0: unknown)
@@ -113,6 +119,7 @@ class SpecPolicy {
   // pays at all, which the first depths answer, and a drafter's cost grows with depth (a DFlash
   // drafter on a CPU runs the LM head once per level), so a failed probe stays cheap.
   static constexpr int kProbeDepth = 3;
+  static constexpr double kCarriedAcceptance = 0.1;  // new_text(): ~5 pseudo-passes of 50
 
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.

@@ -450,6 +450,37 @@ TEST(SpecPolicyTest, DraftingThatPaidIsProbedAgainAfterABadStretch) {
   EXPECT_LT(ratio, 0.86);
 }
 
+// A new request is new text: after one where drafting stopped paying (a chat answer), the next
+// (code, say) drafts from its first pass, a shallow probe, with the costs measured before and
+// no plain passes to re-measure them.
+TEST(SpecPolicyTest, NewTextDraftsAgainWithTheCostsKept) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.05, /*base=*/10, /*per_row=*/0.03, /*draft_per_level=*/2.0);
+  ASSERT_FALSE(policy.drafting());
+  const double plain = policy.pass_ms(1), nine = policy.pass_ms(9);
+  ASSERT_GT(plain, 0);
+  policy.new_text();
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_DOUBLE_EQ(policy.pass_ms(1), plain);
+  EXPECT_DOUBLE_EQ(policy.pass_ms(9), nine);
+  const DraftSize probe = policy.next(16, 8);
+  EXPECT_TRUE(probe.drafting());
+  EXPECT_LE(probe.depth, 3);
+  // The new text is predictable: the policy stays on and goes deeper than the probe.
+  simulate(policy, 16, 8, /*accept=*/0.9, 10, 0.03, 2.0);
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_GT(*std::max_element(g_depths.begin(), g_depths.end()), 3);
+}
+
+// Without new_text() the same sequence of texts keeps the second one plain for a while (the
+// probes wait ever longer after a failed episode): the reason new requests call it.
+TEST(SpecPolicyTest, WithoutNewTextTheLastTextsVerdictLingers) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, 0.05, 10, 0.03, 2.0, /*width=*/2, /*passes=*/400);
+  ASSERT_FALSE(policy.drafting());
+  EXPECT_FALSE(policy.next(16, 8).drafting());
+}
+
 // The first plain pass was measured at a slow moment (14 ms; the machine's load changed since,
 // plain passes now take 10 ms), so a drafter that wins by a little against the stale figure
 // loses against the true one: the plain cost is re-measured soon and drafting stops.
