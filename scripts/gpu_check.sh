@@ -129,7 +129,7 @@ done
 
 log "DFlash on CUDA through the CLI (--spec dflash vs --spec none, random drafters)"
 for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m; do
-  drafter=$SALVO_CUDA_TEST_DRAFTERS/$model
+  drafter=$SALVO_CUDA_TEST_DRAFTERS/$model.random
   if [[ ! -f $drafter/config.json ]]; then
     failures+=("dflash CLI $model: no drafter (cuda_dflash_test writes it)")
     continue

@@ -131,14 +131,16 @@ void write_random_drafter(const std::string& dir, const ModelConfig& t, uint32_t
 }
 
 // The drafters to test for a target: a random one, written to
-// $SALVO_CUDA_TEST_DRAFTERS/<model stem>/ (default: the temporary directory), where
-// scripts/gpu_check.sh finds it for its CLI check; and the shipped one when it fits.
+// $SALVO_CUDA_TEST_DRAFTERS/<model stem>.random/ (default: the temporary directory), where
+// scripts/gpu_check.sh finds it for its CLI check; and the shipped one when it fits. The suffix
+// keeps the random drafter from overwriting a real one when the variable names a folder of real
+// drafters (session 10 lost a benchmark that way).
 std::vector<std::string> drafters_for(const std::string& model_path, const ModelConfig& c) {
   namespace fs = std::filesystem;
   const char* env = std::getenv("SALVO_CUDA_TEST_DRAFTERS");
   const fs::path root =
       env != nullptr && *env != 0 ? fs::path(env) : fs::temp_directory_path() / "salvo_drafters";
-  const std::string dir = (root / fs::path(model_path).stem()).string();
+  const std::string dir = (root / (fs::path(model_path).stem().string() + ".random")).string();
   write_random_drafter(dir, c, 1234);
   std::vector<std::string> dirs = {dir};
   const std::string shipped = find_drafter_dir(model_path);
