@@ -137,6 +137,12 @@ void run(const RunOptions& o) {
                    o.model + ")");
   }
 
+  // One Session for every prompt, as a server slot would be: the prompts share what stays valid
+  // (the cached prefix, the speculation policy's measured pass and drafter costs; SpecPolicy::
+  // new_text() resets what belongs to one text), so later prompts do not start cold.
+  Session session(e.model(), e.tokenizer(), e.pool(), o.ctx);
+  session.set_draft_model(e.draft_model());
+  session.set_dflash_model(e.dflash());
   for (const std::string& prompt_text : prompts) {
     PromptOptions prompt_options = o.prompt;
     prompt_options.prompt = prompt_text;
@@ -148,9 +154,6 @@ void run(const RunOptions& o) {
     request.ignore_eos = o.ignore_eos;
     request.spec = spec;
 
-    Session session(e.model(), e.tokenizer(), e.pool(), o.ctx);
-    session.set_draft_model(e.draft_model());
-    session.set_dflash_model(e.dflash());
     auto result = session.generate(request, [&](const std::string& piece) {
       if (!o.json) {
         std::fwrite(piece.data(), 1, piece.size(), stdout);
