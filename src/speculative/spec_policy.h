@@ -72,8 +72,8 @@ class SpecPolicy {
   // A new request on the same backend and drafter: the costs stay (they belong to the backend and
   // the drafter), what belongs to the text goes. Whether drafting paid on the last text (a chat
   // answer, say) says little about the next one (code), so drafting is on again and probes
-  // start over; the last text's acceptance stays as a prior worth a few passes
-  // (kCarriedAcceptance of its counts).
+  // start over (its first drafted passes are not judged); the last text's acceptance stays as
+  // a weak prior (kCarriedAcceptance of its counts).
   void new_text();
 
   // The model behind next(), exposed for tests and statistics.
@@ -119,7 +119,11 @@ class SpecPolicy {
   // pays at all, which the first depths answer, and a drafter's cost grows with depth (a DFlash
   // drafter on a CPU runs the LM head once per level), so a failed probe stays cheap.
   static constexpr int kProbeDepth = 3;
-  static constexpr double kCarriedAcceptance = 0.1;  // new_text(): ~5 pseudo-passes of 50
+  // new_text(): the last text's acceptance counts are kept at this share (~1 pseudo-pass of the
+  // ~50 a depth holds in steady state: a chat answer's acceptance says little about code), and
+  // the new text's first kNewTextGrace drafted passes are not judged.
+  static constexpr double kCarriedAcceptance = 0.02;
+  static constexpr int kNewTextGrace = 2;
 
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.
@@ -158,6 +162,7 @@ class SpecPolicy {
   double first_draft_ms_ = 0;
   int first_depth_ = 0, first_missed_ = 0;
   double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
+  int new_text_grace_ = 0;           // drafted passes of a new text not judged yet
 };
 
 }  // namespace salvo

@@ -472,6 +472,27 @@ TEST(SpecPolicyTest, NewTextDraftsAgainWithTheCostsKept) {
   EXPECT_GT(*std::max_element(g_depths.begin(), g_depths.end()), 3);
 }
 
+// One unlucky pass does not decide a new text: its first drafted passes are not judged (the first
+// also carries the drafter's catch-up over the prompt), as a fresh policy's are not.
+TEST(SpecPolicyTest, NewTextIsNotJudgedOnItsFirstPass) {
+  SpecPolicy policy;
+  simulate(policy, 16, 8, /*accept=*/0.9, /*base=*/10, /*per_row=*/0.03, /*draft_per_level=*/2.0);
+  ASSERT_TRUE(policy.drafting());
+  policy.new_text();
+  const DraftSize probe = policy.next(16, 8);
+  ASSERT_TRUE(probe.drafting());
+  policy.record({.rows = 1 + probe.budget,
+                 .pass_ms = 12,
+                 .draft_ms = 400,  // the catch-up over a long prompt
+                 .tree_depth = probe.depth,
+                 .accepted = 0,
+                 .tested = 1,
+                 .tokens_emitted = 1,
+                 .context = 300});
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_TRUE(policy.next(16, 8).drafting());
+}
+
 // Without new_text() the same sequence of texts keeps the second one plain for a while (the
 // probes wait ever longer after a failed episode): the reason new requests call it.
 TEST(SpecPolicyTest, WithoutNewTextTheLastTextsVerdictLingers) {
