@@ -197,13 +197,17 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   return best_size(max_budget, max_depth, probing ? kProbeDepth : max_depth);
 }
 
-void SpecPolicy::new_text() {
+void SpecPolicy::scale_acceptance(double factor) {
   for (int s = 0; s < 2; ++s) {
     for (size_t d = 0; d < tested_[s].size(); ++d) {
-      tested_[s][d] *= kCarriedAcceptance;
-      accepted_[s][d] *= kCarriedAcceptance;
+      tested_[s][d] *= factor;
+      accepted_[s][d] *= factor;
     }
   }
+}
+
+void SpecPolicy::new_text() {
+  scale_acceptance(kCarriedAcceptance);
   // The first drafted pass of the new text is a probe (shallow, its rate standing alone), and
   // the accounts of gains and losses start from nothing.
   drafted_rate_ = 0;
@@ -280,12 +284,7 @@ void SpecPolicy::record(const PassRecord& measured) {
 
   // Both shapes forget with every drafted pass, so one not tried lately drifts to the pooled
   // estimate and gets tried again.
-  for (int s = 0; s < 2; ++s) {
-    for (size_t d = 0; d < tested_[s].size(); ++d) {
-      tested_[s][d] *= kForget;
-      accepted_[s][d] *= kForget;
-    }
-  }
+  scale_acceptance(kForget);
   std::vector<double>& tested = tested_[pass.chain];
   std::vector<double>& accepted = accepted_[pass.chain];
   if (static_cast<int>(tested.size()) < pass.tested) {

@@ -130,6 +130,8 @@ class SpecPolicy {
   std::vector<double> acceptance_curve(int depth, bool chain) const;
   // Whether the count's figure was kept within the last kStalePasses recorded passes.
   bool pass_fresh(int rows) const;
+  // Both shapes' decayed acceptance counts times `factor` (per-pass forgetting, a new text).
+  void scale_acceptance(double factor);
   // A drafter's catch-up of `ms` over `missed` tokens, into the per-token estimate.
   void add_catch_up(double ms, int missed);
 
