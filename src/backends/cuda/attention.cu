@@ -29,26 +29,44 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
   }
 }
 
+// Row `row`'s output element d of head `head` (and its int8 form when asked; all 32 lanes of a
+// warp call it for 32 consecutive d when head_dim_v % 32 == 0).
+__device__ __forceinline__ void write_output(const AttentionParams& p, int head, int row, int d,
+                                             float y) {
+  const int64_t row_base = static_cast<int64_t>(row) * p.n_head * p.head_dim_v;
+  p.out[row_base + head * p.head_dim_v + d] = y;
+  if (p.out_q8.q != nullptr) {
+    const int e = head * p.head_dim_v + d;  // element of the row
+    quantize_block_warp(y, threadIdx.x % 32, p.out_q8.q + row_base + e - threadIdx.x % 32,
+                        p.out_q8.meta + static_cast<int64_t>(e / 32) * p.out_q8.meta_stride + row);
+  }
+}
+
 // Split-K attention. The visible keys of a row are numbered in position order (the committed
 // range, then the row's ancestors in the batch, which come in DFS = depth order); key number i
 // is position first + i whether the path above the row is committed or still in the batch. Key
-// i goes to split i / kKeysPerSplit, warp (i / 32) % kWarps, lane i % 32, and every reduction
-// runs in a fixed order over those, so a row's output is bit-identical in a 1-row decode and in
-// a k-row tree verification (the row invariance the speculation guarantee rests on).
+// i goes to split i / kKeysPerSplit, warp (i / kKeysPerWarp) % kWarps, lane i % kKeysPerWarp,
+// and every reduction runs in a fixed order over those, so a row's output is bit-identical in a
+// 1-row decode and in a k-row tree verification (the row invariance the speculation guarantee
+// rests on).
 //
-// One block per (head, row, split); each lane scores one key, the warp takes the softmax of its
-// 32 keys and accumulates their values; the block merges its warps and writes the split's (max,
-// sum, unnormalised output). The last block of a (head, row) to finish merges the splits in order
-// (a count per (head, row), which that block resets to 0 for the next pass):
-// one launch a layer instead of two, and the merge is the same whichever block does it.
-constexpr int kKeysPerSplit = kWarps * 32;
+// One block per (head, row, split); each warp scores its 16 keys and accumulates their values;
+// the block merges its warps and writes the split's (max, sum, unnormalised output). The last
+// block of a (head, row) to finish merges the splits in order (a count per (head, row), which
+// that block resets to 0 for the next pass): one launch a layer instead of two, and the merge is
+// the same whichever block does it. A row whose keys fit one split (any context under
+// kKeysPerSplit) skips the partial: its block writes the output with the merge's arithmetic.
+//
+// Latency, not bandwidth, sets a decode's attention time (a few hundred KB a layer): each
+// dependent round of loads costs microseconds. So a warp takes only 16 keys and issues the loads
+// of all their K rows at once, then of all their V rows: two rounds of memory latency where 32
+// keys a warp in batches took four (21 us a layer on the 1.5B and 7B shapes at a 128-token
+// context, a quarter of the decode step; now 11).
+constexpr int kKeysPerWarp = 16;
+constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
 
-// kDim: value elements per lane (head_dim_v <= 32 * kDim). kBatch: values of that many keys are
-// loaded before any is accumulated. A warp's 32 keys used to be one dependent global load each
-// (the FMA waits for its load): at a 560-key context that chain was most of a layer's 56 us.
-// Batching keeps the FMA order, so the bits are those of kBatch = 1.
-template <int kDim, int kBatch>
-__device__ __forceinline__ void split_partial(const AttentionParams& p) {
+template <int kDim>
+__device__ __forceinline__ void split_partial(const AttentionParams& p, bool direct) {
   const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BatchView& b = p.batch;
@@ -92,25 +110,66 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   const float* v_base =
       p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * p.head_dim_v;
   const int n_keys = n_committed + n_suffix;
-  const int number = split * kKeysPerSplit + warp * 32 + lane;
-  const bool valid = number < n_keys;
-  int slot = 0;
-  float score = -FLT_MAX;
-  if (valid) {
-    slot = number < n_committed ? first + number : suffix_slots[number - n_committed];
-    const float4* k4 =
-        reinterpret_cast<const float4*>(k_base + static_cast<int64_t>(slot) * p.kv.k_width);
-    float s = 0.0f;
-#pragma unroll 8
-    for (int d4 = 0; d4 < p.head_dim / 4; ++d4) {
-      const float4 k = k4[d4];
-      s = __fmaf_rn(q[4 * d4], k.x, s);
-      s = __fmaf_rn(q[4 * d4 + 1], k.y, s);
-      s = __fmaf_rn(q[4 * d4 + 2], k.z, s);
-      s = __fmaf_rn(q[4 * d4 + 3], k.w, s);
-    }
-    score = __fmul_rn(s, p.scale);
+  const int warp_first = split * kKeysPerSplit + warp * kKeysPerWarp;  // the warp's first key
+  const int number = warp_first + lane;
+  const bool valid = lane < kKeysPerWarp && number < n_keys;
+  const int slot =
+      valid ? (number < n_committed ? first + number : suffix_slots[number - n_committed]) : 0;
+  const int n_warp_keys = max(0, min(kKeysPerWarp, n_keys - warp_first));  // uniform
+  // Lane l holds elements [4l, 4l + 4) (and [128 + 4l, ...) of wider heads) of q and of each
+  // key's K row, so a row is one coalesced read; lane l + 32 i holds element l + 32 i of V rows.
+  constexpr int kChunks = (32 * kDim + 127) / 128;  // float4 chunks of a lane (head_dim <= 32 kDim)
+  float4 qv[kChunks];
+#pragma unroll
+  for (int c = 0; c < kChunks; ++c) {
+    const int d = 128 * c + 4 * lane;
+    qv[c] = d < p.head_dim ? make_float4(q[d], q[d + 1], q[d + 2], q[d + 3])
+                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
+  float4 kr[kKeysPerWarp][kChunks];
+#pragma unroll
+  for (int j = 0; j < kKeysPerWarp; ++j) {
+    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
+    const float* row_k = k_base + static_cast<int64_t>(slot_j) * p.kv.k_width;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      const int d = 128 * c + 4 * lane;
+      kr[j][c] = j < n_warp_keys && d < p.head_dim ? *reinterpret_cast<const float4*>(row_k + d)
+                                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    }
+  }
+  // Key j's score: the lanes' products added by an xor butterfly (every lane gets the same
+  // sum); lane j keeps it.
+  float s_mine = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kKeysPerWarp; ++j) {
+    float s = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if (128 * c >= p.head_dim) break;  // the same FMAs whatever kChunks
+      s = __fmaf_rn(qv[c].x, kr[j][c].x, s);
+      s = __fmaf_rn(qv[c].y, kr[j][c].y, s);
+      s = __fmaf_rn(qv[c].z, kr[j][c].z, s);
+      s = __fmaf_rn(qv[c].w, kr[j][c].w, s);
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (j == lane) s_mine = s;
+  }
+  // Then the V rows: issued with the K rows (both register sets live) they measured slower on
+  // the H200, 1.87 ms a decode step of the 1.5B shape against 1.70 this way.
+  float vr[kKeysPerWarp][kDim];
+#pragma unroll
+  for (int j = 0; j < kKeysPerWarp; ++j) {
+    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
+    const float* row_v = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
+#pragma unroll
+    for (int i = 0; i < kDim; ++i) {
+      const int d = lane + 32 * i;
+      vr[j][i] = j < n_warp_keys && d < p.head_dim_v ? row_v[d] : 0.0f;
+    }
+  }
+  const float score = valid ? __fmul_rn(s_mine, p.scale) : -FLT_MAX;
   float m = score;
   for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
   const float e = valid ? __expf(score - m) : 0.0f;  // score - m <= 0: the fast exp is safe
@@ -119,27 +178,12 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   float acc[kDim];
 #pragma unroll
   for (int i = 0; i < kDim; ++i) acc[i] = 0.0f;
-  // Keys of this warp that exist (uniform over the warp).
-  const int n_warp_keys = min(32, n_keys - (split * kKeysPerSplit + warp * 32));
-  for (int j0 = 0; j0 < n_warp_keys; j0 += kBatch) {
-    float vv[kBatch][kDim];
 #pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const int slot_j = __shfl_sync(0xffffffffu, slot, (j0 + b) & 31);
-      const float* vr = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
+  for (int j = 0; j < kKeysPerWarp; ++j) {
+    const float ej = __shfl_sync(0xffffffffu, e, j);
+    if (j >= n_warp_keys) break;  // uniform over the warp
 #pragma unroll
-      for (int i = 0; i < kDim; ++i) {
-        const int d = lane + 32 * i;
-        vv[b][i] = j0 + b < n_warp_keys && d < p.head_dim_v ? vr[d] : 0.0f;
-      }
-    }
-#pragma unroll
-    for (int b = 0; b < kBatch; ++b) {
-      const float ej = __shfl_sync(0xffffffffu, e, (j0 + b) & 31);
-      if (j0 + b >= n_warp_keys) break;  // uniform over the warp
-#pragma unroll
-      for (int i = 0; i < kDim; ++i) acc[i] = __fmaf_rn(ej, vv[b][i], acc[i]);
-    }
+    for (int i = 0; i < kDim; ++i) acc[i] = __fmaf_rn(ej, vr[j][i], acc[i]);
   }
 
   __shared__ float warp_m[kWarps], warp_l[kWarps];
@@ -156,14 +200,21 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p) {
   for (int w = 0; w < kWarps; ++w) {
     if (warp_l[w] > 0.0f) l_all = __fmaf_rn(warp_l[w], __expf(warp_m[w] - m_all), l_all);
   }
+  // merge_splits over this one split: m_all is the split's, each weight exp(m_all - m_all).
+  const float w_self = __expf(m_all - m_all);
   for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
     float o = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
       if (warp_l[w] > 0.0f) o = __fmaf_rn(warp_acc[w][d], __expf(warp_m[w] - m_all), o);
     }
-    partial[2 + d] = o;
+    if (direct) {
+      write_output(p, head, row, d,
+                   __fdiv_rn(__fmaf_rn(o, w_self, 0.0f), __fmaf_rn(l_all, w_self, 0.0f)));
+    } else {
+      partial[2 + d] = o;
+    }
   }
-  if (threadIdx.x == 0) partial[0] = m_all, partial[1] = l_all;
+  if (threadIdx.x == 0 && !direct) partial[0] = m_all, partial[1] = l_all;
 }
 
 // Splits of the (head, row) that can hold a key it sees; the merge reads only those.
@@ -178,7 +229,7 @@ __device__ __forceinline__ int used_splits(const AttentionParams& p) {
 
 // Merges the (head, row)'s splits in order into out (and its int8 copy). Splits at or beyond the
 // row's last possible key hold no partial (or an empty one, l = 0), so the merge stops
-// before them (a 4096-slot cache has 16 splits; a short context uses one). The partials come from
+// before them (a 4096-slot cache has 32 splits; a short context uses one). The partials come from
 // other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
 __device__ void merge_splits(const AttentionParams& p, int n_splits) {
   const int head = blockIdx.x, row = blockIdx.y;
@@ -198,8 +249,6 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
     const float l = __ldcg(ps + 1);
     if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(ps) - m_all), l_all);
   }
-  const int64_t row_base = static_cast<int64_t>(row) * p.n_head * p.head_dim_v;
-  float* out = p.out + row_base + head * p.head_dim_v;
   // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
   for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
     float o = 0.0f;
@@ -207,25 +256,20 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
       const float* ps = partial + s * partial_width;
       if (__ldcg(ps + 1) > 0.0f) o = __fmaf_rn(__ldcg(ps + 2 + d), __expf(__ldcg(ps) - m_all), o);
     }
-    const float y = __fdiv_rn(o, l_all);
-    out[d] = y;
-    if (p.out_q8.q != nullptr) {
-      const int e = head * p.head_dim_v + d;  // element of the row
-      quantize_block_warp(
-          y, threadIdx.x % 32, p.out_q8.q + row_base + e - threadIdx.x % 32,
-          p.out_q8.meta + static_cast<int64_t>(e / 32) * p.out_q8.meta_stride + row);
-    }
+    write_output(p, head, row, d, __fdiv_rn(o, l_all));
   }
 }
 
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
-// taking their turn at the count (a 4096-slot cache launches 16 splits; a short context uses 1).
-template <int kDim, int kBatch, bool kSkip>
+// taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
+template <int kDim, bool kSkip>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
   pdl_enter();
   const int n_used = kSkip ? used_splits(p) : gridDim.z;
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
-  split_partial<kDim, kBatch>(p);
+  // One split (any context under kKeysPerSplit): no partial, no count, no second pass over L2.
+  if (kSkip && n_used == 1) return split_partial<kDim>(p, true);
+  split_partial<kDim>(p, false);
   // Every thread's partial writes are done (and visible device-wide) before the count.
   __threadfence();
   __syncthreads();
@@ -240,9 +284,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   if (last) merge_splits(p, n_splits);
 }
 
-// SALVO_CUDA_ATTENTION=serial keeps the session-6 kernel (one value load per key in turn, every
-// split counted) for A/B runs; both give the same bits. Read at every launch (a graph captures
-// it once) so that a test can run both.
+// SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),
+// for A/B runs and as the tests' check that those shortcuts keep the bits. Read at every launch (a
+// graph captures it once) so that a test can run both.
 bool serial_attention() {
   const char* env = std::getenv("SALVO_CUDA_ATTENTION");
   return env != nullptr && std::string(env) == "serial";
@@ -292,11 +336,11 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
   const size_t smem = p.batch.n_rows * sizeof(int32_t);
   if (serial_attention()) {
-    launch(attention_kernel<kMaxDimPerLane, 1, false>, grid, kWarps * 32, smem, stream, p);
-  } else if (p.head_dim_v <= 128) {
-    launch(attention_kernel<4, 8, true>, grid, kWarps * 32, smem, stream, p);
+    launch(attention_kernel<kMaxDimPerLane, false>, grid, kWarps * 32, smem, stream, p);
+  } else if (p.head_dim <= 128 && p.head_dim_v <= 128) {
+    launch(attention_kernel<4, true>, grid, kWarps * 32, smem, stream, p);
   } else {
-    launch(attention_kernel<kMaxDimPerLane, 8, true>, grid, kWarps * 32, smem, stream, p);
+    launch(attention_kernel<kMaxDimPerLane, true>, grid, kWarps * 32, smem, stream, p);
   }
 }
 
