@@ -249,7 +249,13 @@ TEST_F(CudaDflashTest, HiddenStatesMatchCpu) {
       EXPECT_EQ(std::memcmp(lg.data(), lg_plain.data(), lg.size() * sizeof(float)), 0);
       for (size_t slot = 0; slot < layers.size(); ++slot) {
         std::vector<float> a, b;  // this slot's columns of every row
-        for (int r = 0; r < batch.size(); ++r) {
+        // Not position 0 of a prefill: Qwen2.5's attention sink carries activations in the
+        // thousands (channel 408 of the 1.5B: -3487 after block 25) that blocks 26-27 cancel, and
+        // that cancellation is at the mercy of the int8 rounding of the MLP input. Against the
+        // NumPy float reference the CPU's own position-0 output of block 27 is off by NMSE 0.89
+        // (positions 1..23: 6e-4), so two int8 schemes (256-element blocks on the CPU, 32 here)
+        // cannot agree there either (test_numpy_ref.py skips llama.cpp's position 0 alike).
+        for (int r = pass == 0 ? 1 : 0; r < batch.size(); ++r) {
           const size_t at = (r * layers.size() + slot) * c.n_embd;
           a.insert(a.end(), hg.begin() + at, hg.begin() + at + c.n_embd);
           b.insert(b.end(), hc.begin() + at, hc.begin() + at + c.n_embd);
