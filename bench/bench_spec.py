@@ -8,6 +8,7 @@ temperature 0); the prompt token ids salvo rendered are handed to llama.cpp (lla
 GGUF, same threads), so both engines decode from exactly the same tokens.
 
   salvo none / ngram / draft / auto   `--spec MODE` (draft and auto with --draft-model)
+  salvo auto:BUDGET:DEPTH             `--spec auto --spec-budget BUDGET --spec-depth DEPTH`
   salvo dflash:TREE:BUDGET            `--spec dflash --spec-tree TREE --spec-budget BUDGET
                                       --spec-depth 15` (TREE: chain, best, adapter; the drafter
                                       is --drafter DIR or drafters/<model>/); --dflash-sweep adds
@@ -84,7 +85,10 @@ def load_prompts(path: pathlib.Path, limit: int, max_tokens: int | None) -> list
 
 
 def spec_flags(mode: str, drafter: str | None) -> list[str]:
-    """`--spec` and its companions for a mode name (dflash:TREE:BUDGET included)."""
+    """`--spec` and its companions for a mode name (dflash:TREE:BUDGET, auto:BUDGET:DEPTH included)."""
+    if mode.startswith("auto:"):
+        _, budget, depth = mode.split(":")
+        return ["--spec", "auto", "--spec-budget", budget, "--spec-depth", depth]
     if not mode.startswith("dflash"):
         return ["--spec", mode]
     parts = mode.split(":")

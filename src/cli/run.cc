@@ -242,16 +242,18 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--spec-tree", o->spec_tree,
                   "DFlash tree: auto (adapter if the drafter has one, else best), best, adapter, "
                   "chain");
-  cmd->add_option("--spec-budget", o->spec_budget, "draft tree nodes per forward pass")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+  cmd->add_option("--spec-budget", o->spec_budget,
+                  "draft tree nodes per forward pass (default: the drafter's, 8 for a "
+                  "DFlash drafter, else 16)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--spec-vocab", o->spec_vocab,
                   "DFlash: draft only token ids below N, the frequent ones (0: all)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--spec-depth", o->spec_depth, "deepest draft token below the last one")
-      ->check(CLI::Range(0, 256))
-      ->capture_default_str();
+  cmd->add_option("--spec-depth", o->spec_depth,
+                  "deepest draft token below the last one (default: the drafter's, its block "
+                  "size - 1 for a DFlash drafter, else 8)")
+      ->check(CLI::Range(0, 256));
   cmd->callback([o] { run(*o); });
 }
 

@@ -113,16 +113,18 @@ void add_serve_command(CLI::App& app) {
                   "speculative decoding: auto (drafts while it measurably pays: the draft model if "
                   "one is given, else n-gram), draft, ngram, none")
       ->capture_default_str();
-  cmd->add_option("--spec-budget", s.spec.budget, "draft tree nodes per forward pass")
-      ->check(CLI::Range(0, 1024))
-      ->capture_default_str();
+  cmd->add_option("--spec-budget", s.spec.budget,
+                  "draft tree nodes per forward pass (default: the drafter's, 8 for a "
+                  "DFlash drafter, else 16)")
+      ->check(CLI::Range(0, 1024));
   cmd->add_option("--spec-vocab", s.spec.vocab,
                   "DFlash: draft only token ids below N, the frequent ones (0: all)")
       ->check(CLI::Range(0, 1 << 24))
       ->capture_default_str();
-  cmd->add_option("--spec-depth", s.spec.depth, "deepest draft token below the last one")
-      ->check(CLI::Range(0, 256))
-      ->capture_default_str();
+  cmd->add_option("--spec-depth", s.spec.depth,
+                  "deepest draft token below the last one (default: the drafter's, its block "
+                  "size - 1 for a DFlash drafter, else 8)")
+      ->check(CLI::Range(0, 256));
   cmd->callback([o] { serve(*o); });
 }
 

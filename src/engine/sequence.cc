@@ -154,8 +154,13 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   GenerationStats& stats = result_.stats;
   // A pass emits its accepted path plus one bonus token, so the path may be at most
   // remaining - 1 deep; every row must also fit the cache behind the committed tokens.
-  const int depth = std::min(request_.spec.depth, max_new_ - stats.generated_tokens - 1);
-  const int budget = std::min(request_.spec.budget, context_size() - committed - 1);
+  const auto [own_budget, own_depth] = drafter_ ? drafter_->default_caps() : std::pair{0, 0};
+  const int max_depth =
+      request_.spec.depth == SpecOptions::kDrafterCaps ? own_depth : request_.spec.depth;
+  const int max_budget =
+      request_.spec.budget == SpecOptions::kDrafterCaps ? own_budget : request_.spec.budget;
+  const int depth = std::min(max_depth, max_new_ - stats.generated_tokens - 1);
+  const int budget = std::min(max_budget, context_size() - committed - 1);
   history_.push_back(root_);
   tree_.clear();
   pass_draft_ms_ = 0;

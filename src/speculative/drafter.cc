@@ -170,7 +170,7 @@ const char* spec_tree_name(SpecTree tree) {
 }
 
 Status SpecOptions::validate() const {
-  if (budget < 0 || budget > 1024) {
+  if ((budget < 0 && budget != kDrafterCaps) || budget > 1024) {
     return Status::error("speculation budget " + std::to_string(budget) +
                          " is out of range [0, 1024] (tree nodes per pass)");
   }
@@ -178,7 +178,7 @@ Status SpecOptions::validate() const {
     return Status::error("speculation vocabulary " + std::to_string(vocab) +
                          " is negative (0: the whole vocabulary)");
   }
-  if (depth < 0 || depth > 256) {
+  if ((depth < 0 && depth != kDrafterCaps) || depth > 256) {
     return Status::error("speculation depth " + std::to_string(depth) +
                          " is out of range [0, 256]");
   }

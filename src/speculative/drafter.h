@@ -8,6 +8,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "models/model.h"
 #include "speculative/draft_tree.h"
@@ -54,9 +55,11 @@ Expected<SpecTree> parse_spec_tree(const std::string& name);
 const char* spec_tree_name(SpecTree tree);
 
 struct SpecOptions {
+  // budget / depth: the drafter's own caps (Drafter::default_caps).
+  static constexpr int kDrafterCaps = -1;
   SpecMode mode = SpecMode::kAuto;  // drafts only while it pays (SpecPolicy)
-  int budget = 16;                  // tree nodes per verification pass, not counting the root
-  int depth = 8;                    // deepest node below the root
+  int budget = kDrafterCaps;        // tree nodes per verification pass, not counting the root
+  int depth = kDrafterCaps;         // deepest node below the root
   SpecTree tree = SpecTree::kAuto;  // DFlash only
   // DFlash only: the drafter proposes ids below this (0: the whole vocabulary). Its LM head,
   // the costliest part of a draft (15 rows x 151936 x 1536 for Qwen2.5), then computes only
@@ -79,6 +82,8 @@ class Drafter {
   virtual DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) = 0;
   // What drafts, for statistics ("draft model Qwen2.5 ...", "n-gram lookup").
   virtual std::string name() const = 0;
+  // The tree caps where the request names none (SpecOptions::kDrafterCaps): {budget, depth}.
+  virtual std::pair<int, int> default_caps() const { return {16, 8}; }
 
   // Drafters conditioned on the target's hidden states (DFlash): the target blocks whose
   // outputs they read. The Sequence then asks every pass for them and calls observe() with

@@ -109,5 +109,31 @@ TEST(Sequence, SharedPassesEqualSessionsAlone) {
   }
 }
 
+// Unset caps are the drafter's (Drafter::default_caps: 16 nodes 8 deep unless the drafter says
+// otherwise); caps the request names win. The "deep" drafter proposes one chain as deep as it
+// may, so the first decode pass has 1 + depth rows.
+TEST(Sequence, TreeCapsDefaultToTheDrafters) {
+  const std::string path = model_path();
+  ASSERT_TRUE(std::filesystem::exists(path)) << path << " not found (set SALVO_MODELS)";
+  auto loaded = Engine::load(path, {.threads = 2});
+  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
+  Engine& engine = **loaded;
+  for (const int depth : {SpecOptions::kDrafterCaps, 3}) {
+    KvCache kv(engine.model().config(), 1, 256);
+    Sequence sequence(engine.model(), engine.tokenizer(), kv, 0);
+    GenerateRequest request = make_request(engine, {"1, 2, 3, 4, 5, 6,", 0.0f, 1, SpecMode::kDeep});
+    request.spec.depth = depth;
+    ASSERT_TRUE(sequence.start(request, nullptr).ok());
+    TokenBatch batch;
+    std::vector<float> logits;
+    int rows = sequence.add_rows(batch, 256);  // the whole prompt
+    ASSERT_TRUE(engine.model().forward(engine.pool(), batch, kv, logits).ok());
+    sequence.finish_pass(logits, 1.0);
+    batch.clear();
+    rows = sequence.add_rows(batch, 256);  // the first decode pass
+    EXPECT_EQ(rows, 1 + (depth == SpecOptions::kDrafterCaps ? 8 : 3));
+  }
+}
+
 }  // namespace
 }  // namespace salvo

@@ -418,7 +418,9 @@ TEST(SpecOptionsTest, ParsesAndValidates) {
   EXPECT_EQ(parse_spec_mode("draft").value(), SpecMode::kDraft);
   EXPECT_FALSE(parse_spec_mode("eagle").ok());
   EXPECT_TRUE(SpecOptions{}.validate().ok());
-  EXPECT_FALSE((SpecOptions{.budget = -1}).validate().ok());
+  EXPECT_TRUE((SpecOptions{.budget = SpecOptions::kDrafterCaps}).validate().ok());
+  EXPECT_FALSE((SpecOptions{.budget = -2}).validate().ok());
+  EXPECT_FALSE((SpecOptions{.depth = -2}).validate().ok());
   EXPECT_FALSE((SpecOptions{.depth = 1000}).validate().ok());
 }
 
