@@ -38,6 +38,21 @@ const Case kCases[] = {
     {"1, 2, 3, 4, 5, 6,", 0.0f, 3, SpecMode::kAuto},
 };
 
+// SmolLM2 on 2 threads; null (and a test failure) where it cannot be loaded.
+std::unique_ptr<Engine> load_engine() {
+  const std::string path = model_path();
+  if (!std::filesystem::exists(path)) {
+    ADD_FAILURE() << path << " not found (set SALVO_MODELS)";
+    return nullptr;
+  }
+  auto loaded = Engine::load(path, {.threads = 2});
+  if (!loaded.ok()) {
+    ADD_FAILURE() << loaded.status().message();
+    return nullptr;
+  }
+  return std::move(loaded).value();
+}
+
 GenerateRequest make_request(const Engine& engine, const Case& c) {
   GenerateRequest r;
   r.prompt = engine.tokenizer().encode(c.prompt, /*add_special=*/true, /*parse_special=*/false);
@@ -50,11 +65,9 @@ GenerateRequest make_request(const Engine& engine, const Case& c) {
 }
 
 TEST(Sequence, SharedPassesEqualSessionsAlone) {
-  const std::string path = model_path();
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " not found (set SALVO_MODELS)";
-  auto loaded = Engine::load(path, {.threads = 2});
-  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  Engine& engine = **loaded;
+  std::unique_ptr<Engine> loaded = load_engine();
+  ASSERT_NE(loaded, nullptr);
+  Engine& engine = *loaded;
   constexpr int kContext = 256;
   const int n = static_cast<int>(std::size(kCases));
 
@@ -113,11 +126,9 @@ TEST(Sequence, SharedPassesEqualSessionsAlone) {
 // otherwise); caps the request names win. The "deep" drafter proposes one chain as deep as it
 // may, so the first decode pass has 1 + depth rows.
 TEST(Sequence, TreeCapsDefaultToTheDrafters) {
-  const std::string path = model_path();
-  ASSERT_TRUE(std::filesystem::exists(path)) << path << " not found (set SALVO_MODELS)";
-  auto loaded = Engine::load(path, {.threads = 2});
-  ASSERT_TRUE(loaded.ok()) << loaded.status().message();
-  Engine& engine = **loaded;
+  std::unique_ptr<Engine> loaded = load_engine();
+  ASSERT_NE(loaded, nullptr);
+  Engine& engine = *loaded;
   for (const int depth : {SpecOptions::kDrafterCaps, 3}) {
     KvCache kv(engine.model().config(), 1, 256);
     Sequence sequence(engine.model(), engine.tokenizer(), kv, 0);
