@@ -108,6 +108,10 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
 
   start_time_ = first_token_time_ = Clock::now();
   request_ = request;
+  // Caps the request leaves unset are the drafter's.
+  const auto [own_budget, own_depth] = drafter_ ? drafter_->default_caps() : std::pair{0, 0};
+  if (request_.spec.budget == SpecOptions::kDrafterCaps) request_.spec.budget = own_budget;
+  if (request_.spec.depth == SpecOptions::kDrafterCaps) request_.spec.depth = own_depth;
   on_text_ = std::move(on_text);
   sampler_.emplace(std::move(sampler));
   decoder_.emplace(tokenizer_, /*render_special=*/false);
@@ -154,13 +158,8 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   GenerationStats& stats = result_.stats;
   // A pass emits its accepted path plus one bonus token, so the path may be at most
   // remaining - 1 deep; every row must also fit the cache behind the committed tokens.
-  const auto [own_budget, own_depth] = drafter_ ? drafter_->default_caps() : std::pair{0, 0};
-  const int max_depth =
-      request_.spec.depth == SpecOptions::kDrafterCaps ? own_depth : request_.spec.depth;
-  const int max_budget =
-      request_.spec.budget == SpecOptions::kDrafterCaps ? own_budget : request_.spec.budget;
-  const int depth = std::min(max_depth, max_new_ - stats.generated_tokens - 1);
-  const int budget = std::min(max_budget, context_size() - committed - 1);
+  const int depth = std::min(request_.spec.depth, max_new_ - stats.generated_tokens - 1);
+  const int budget = std::min(request_.spec.budget, context_size() - committed - 1);
   history_.push_back(root_);
   tree_.clear();
   pass_draft_ms_ = 0;
