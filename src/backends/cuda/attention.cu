@@ -61,7 +61,7 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 // dependent round of loads costs microseconds. So a warp takes only 16 keys and issues the loads
 // of all their K rows at once, then of all their V rows: two rounds of memory latency where 32
 // keys a warp in batches took four (21 us a layer on the 1.5B and 7B shapes at a 128-token
-// context, a quarter of the decode step; now 11).
+// context, a quarter of the decode step; now about 5).
 constexpr int kKeysPerWarp = 16;
 constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
 
