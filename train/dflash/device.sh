@@ -39,12 +39,15 @@ start() { # name gguf sha npieces dir args...
 # caps the drafter's stepping time should the shared GPU be slower than planned. Session 6 made 12
 # passes over 20k prompts with one layer and memorised them (training-sample chain tau 3.63, held
 # out 2.49); session 8: 36k prompts, two layers, 5 passes (QFEATGB=90 on a GPU of its own).
+# Session 12 shipped 36k prompts, 5 passes, QFEATGB=100 on GPU 1 with QGENGPUS=0 (GPU 0 generates
+# half the data: train.py --gen-gpus).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q \
   --n-layer ${QLAYERS:-2} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
-  --passes ${QPASSES:-5} --minutes ${QMINUTES:-7} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-56} --eval-max 256
+  --passes ${QPASSES:-5} --minutes ${QMINUTES:-7} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-56} --eval-max 256 \
+  ${QGENGPUS:+--gen-gpus $QGENGPUS}
 if [ "${1:-}" = wait ]; then
   end=$((SECONDS + $2))
   while { [ ! -f $W/qwen2.5-coder-1.5b.done ] || [ ! -f $W/smollm2-135m.done ]; } && [ $SECONDS -lt $end ]; do sleep 5; done

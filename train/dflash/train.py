@@ -14,6 +14,7 @@ import json
 import math
 import os
 import random
+import subprocess
 import sys
 import time
 
@@ -60,6 +61,83 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
             out[i] = g
         log(f"generated {e}/{len(order)} (batch of {len(idx)})")
         s = e
+    return out
+
+
+def start_helpers(args, gen_path):
+    """One helper process per --gen-gpus entry, each on its own GPU, generating part k of N (the
+    same command with --gen-parts N --gen-part k); this process generates part 0 and trains."""
+    gpus = [g for g in args.gen_gpus.split(",") if g.strip()]
+    if not gpus or args.gen_parts > 1:
+        return []
+    args.gen_parts = len(gpus) + 1
+    for k in range(args.gen_parts):  # an earlier run's parts must not stand in for this one's
+        if os.path.exists(f"{gen_path}.part{k}"):
+            os.remove(f"{gen_path}.part{k}")
+    procs = []
+    for k, gpu in enumerate(gpus, 1):
+        logf = open(f"{gen_path}.part{k}.log", "w")
+        argv, skip = [], False
+        for a in sys.argv[1:]:  # the same command less --gen-gpus (and its value)
+            if skip or a.startswith("--gen-gpus="):
+                skip = False
+                continue
+            skip = a == "--gen-gpus"
+            if not skip:
+                argv.append(a)
+        cmd = [sys.executable, os.path.abspath(__file__)] + argv + \
+            ["--gen-parts", str(args.gen_parts), "--gen-part", str(k)]
+        env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu.strip())
+        procs.append((subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT), time.time(), logf))
+        log(f"generation part {k}/{args.gen_parts} on GPU {gpu.strip()} (log {logf.name})")
+    return procs
+
+
+def finish_helper(h):
+    """Waits for a helper; its seconds (GPU time of its own)."""
+    proc, t0, logf = h
+    rc = proc.wait()
+    logf.close()
+    if rc:
+        raise SystemExit(f"error: generation helper exited with {rc} (log {logf.name})")
+    return time.time() - t0
+
+
+def generate_parts(tg, prompts, args, eos, gen_path, helpers=()):
+    """Greedy answers of every prompt, or of this process's share when --gen-parts N > 1: part k takes
+    every N-th prompt by length (equal work), writes it to gen_path.partK (atomically) and returns
+    None, except part 0, which waits for the others' files and returns the whole list. Generation is
+    launch-bound, so two GPUs halve it; the answers do not depend on the split (greedy, one row's
+    result independent of its batch up to bf16 rounding)."""
+    N, k = args.gen_parts, args.gen_part
+    if N <= 1:
+        return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens)
+    if not 0 <= k < N:
+        raise SystemExit(f"error: --gen-part {k} is outside [0, {N})")
+    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]["ids"]), i))
+    mine = order[k::N]
+    got = generate_data(tg, [prompts[i] for i in mine], args.max_new, args.gen_batch, eos, args.gen_tokens)
+    path = f"{gen_path}.part{k}"
+    json.dump({"idx": mine, "gen": got}, open(path + ".tmp", "w"))
+    os.replace(path + ".tmp", path)
+    if k:
+        return None
+    out = [None] * len(prompts)
+    for j in range(N):
+        pj, t0 = f"{gen_path}.part{j}", time.time()
+        while not os.path.exists(pj):
+            for proc, _, logf in helpers:
+                if proc.poll():
+                    raise SystemExit(f"error: generation helper exited with {proc.returncode} (log {logf.name})")
+            if time.time() - t0 > args.gen_wait:
+                raise SystemExit(f"error: part {j} of the generation ({pj}) did not come in {args.gen_wait:.0f}s")
+            time.sleep(2)
+        part = json.load(open(pj))
+        for i, g in zip(part["idx"], part["gen"]):
+            out[i] = g
+    missing = sum(g is None for g in out)
+    if missing:
+        raise SystemExit(f"error: {missing} prompts have no generation: were the parts run with other data?")
     return out
 
 
@@ -230,6 +308,12 @@ def main():
     ap.add_argument("--max-new", type=int, default=320)
     ap.add_argument("--gen-batch", type=int, default=256, help="rows per generation batch, at most")
     ap.add_argument("--gen-tokens", type=int, default=0, help="KV positions per generation batch, at most (0: no cap)")
+    ap.add_argument("--gen-gpus", default="",
+                    help="more GPUs for the generation (CUDA_VISIBLE_DEVICES values, comma-separated): "
+                         "this process starts one helper part on each (see generate_parts)")
+    ap.add_argument("--gen-parts", type=int, default=1, help=argparse.SUPPRESS)  # set for helper parts
+    ap.add_argument("--gen-part", type=int, default=0, help=argparse.SUPPRESS)
+    ap.add_argument("--gen-wait", type=float, default=1800, help="seconds part 0 waits for the other parts")
     ap.add_argument("--target-layers", default="")
     ap.add_argument("--n-layer", type=int, default=1)
     ap.add_argument("--n-ff", type=int, default=3072)
@@ -272,13 +356,18 @@ def main():
     work = args.work or args.out
     os.makedirs(work, exist_ok=True)
     gen_path = os.path.join(work, f"gen_{args.target}_{len(prompts)}_{args.max_new}.json")
+    helpers = start_helpers(args, gen_path) if not os.path.exists(gen_path) else []
     t_gen = time.time()
     if os.path.exists(gen_path):
         gen = json.load(open(gen_path))
     else:
-        gen = generate_data(tg, prompts, args.max_new, args.gen_batch, gw.eos, args.gen_tokens)
+        gen = generate_parts(tg, prompts, args, gw.eos, gen_path, helpers)
+        if gen is None:  # a helper part: its share is written, part 0 trains
+            log(f"part {args.gen_part}/{args.gen_parts} written")
+            return
         json.dump(gen, open(gen_path, "w"))
     t_gen = time.time() - t_gen
+    helper_s = sum(finish_helper(h) for h in helpers)
     log(f"generation {t_gen:.0f}s, mean {np.mean([len(g) for g in gen]):.0f} new tokens")
 
     # make_data.py marks held-out prompts (from source groups that training never sees); older data
@@ -410,7 +499,7 @@ def main():
     xdiff = float((yt.cpu() - y).norm() / y.norm())
     log(f"reference: T={T} root={s[T]} train_forward vs reference_forward rel diff {xdiff:.2e}")
 
-    gpu_min = (time.time() - t_start) / 60
+    gpu_min = (time.time() - t_start + helper_s) / 60  # the helpers' GPUs count too
     json.dump({"command": " ".join(sys.argv), "seed": args.seed, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
                "torch": torch.__version__, "n_prompts": len(prompts), "n_train": len(tr), "n_heldout": len(ho),
                "n_prompts_by_split_cat": {f"{sp}/{c}": sum(1 for p in prompts if p.get("split", "train") == sp and p["cat"] == c)
