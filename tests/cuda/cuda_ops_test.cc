@@ -645,6 +645,15 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
       unsetenv("SALVO_CUDA_ATTENTION");
       EXPECT_EQ(out_serial.host(), dout.host());
     }
+    // In launches of 1 and 2 rows (a wide pass at a long context): the same bits.
+    for (int per_launch : {1, 2}) {
+      Dev<float> out_split(want.size());
+      cuda::AttentionParams split = params;
+      split.out = out_split.ptr;
+      split.rows_per_launch = per_launch;
+      cuda::attention(split, nullptr);
+      EXPECT_EQ(out_split.host(), dout.host()) << per_launch << " rows a launch";
+    }
     // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits.
     {
       const int width = c.n_head * c.head_dim_v;
@@ -688,6 +697,19 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
       }
     }
   }
+}
+
+TEST(CudaAttentionScratch, WidePassesAtLongContextsTakeSeveralLaunches) {
+  // The 7B shape: 28 heads, V 128 wide; a row's partials at a 32K context are 3.7 MB.
+  const size_t row_bytes = 28ull * (32768 / 128) * (2 + 128) * sizeof(float);
+  EXPECT_EQ(cuda::attention_rows_per_launch(28, 32768, 128), 18);
+  EXPECT_EQ(cuda::attention_scratch_bytes(512, 28, 32768, 128), 18 * row_bytes);
+  EXPECT_EQ(cuda::attention_scratch_bytes(1, 28, 32768, 128), row_bytes);
+  EXPECT_LE(cuda::attention_scratch_bytes(512, 28, 32768, 128), cuda::kAttentionScratchBudget);
+  // At 4096 slots a 65-row verification is still one launch.
+  EXPECT_GE(cuda::attention_rows_per_launch(28, 4096, 128), 65);
+  // A cache whose one row passes the budget still gets a row a launch.
+  EXPECT_EQ(cuda::attention_rows_per_launch(64, 1 << 24, 256), 1);
 }
 
 TEST_F(CudaOps, CommitMovesOverlappingSlotsInOrder) {

@@ -2,6 +2,7 @@
 //
 // Cache layout per layer: [n_seq][capacity][width] floats; committed slot i holds position i,
 // the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
+#include <algorithm>
 #include <cfloat>
 #include <cstdlib>
 #include <string>
@@ -67,7 +68,7 @@ constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
 
 template <int kDim>
 __device__ __forceinline__ void split_partial(const AttentionParams& p, bool direct) {
-  const int head = blockIdx.x, row = blockIdx.y, split = blockIdx.z;
+  const int head = blockIdx.x, row = p.row_base + blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const BatchView& b = p.batch;
   const int seq = b.seq[row];
@@ -75,8 +76,10 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, bool dir
   const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
   const int n_committed = max(0, b.committed[seq] - first);
   const int partial_width = 2 + p.head_dim_v;
-  float* partial = p.partial + ((static_cast<int64_t>(row) * p.n_head + head) * gridDim.z + split) *
-                                   partial_width;
+  // The launch's rows (blockIdx.y) index the scratch; the batch's (row) everything else.
+  float* partial =
+      p.partial +
+      ((static_cast<int64_t>(blockIdx.y) * p.n_head + head) * gridDim.z + split) * partial_width;
   // The batch rows this row may see: those before it and itself, or all of them in a block.
   const int n_batch_keys = p.block_visible ? b.n_rows : row + 1;
   if (split * kKeysPerSplit >= n_committed + n_batch_keys) {  // beyond any key this row can see
@@ -220,7 +223,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, bool dir
 // Splits of the (head, row) that can hold a key it sees; the merge reads only those.
 __device__ __forceinline__ int used_splits(const AttentionParams& p) {
   const BatchView& b = p.batch;
-  const int row = blockIdx.y, pos = b.pos[row];
+  const int row = p.row_base + blockIdx.y, pos = b.pos[row];
   const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
   const int max_keys =
       max(0, b.committed[b.seq[row]] - first) + (p.block_visible ? b.n_rows : row + 1);
@@ -232,11 +235,11 @@ __device__ __forceinline__ int used_splits(const AttentionParams& p) {
 // before them (a 4096-slot cache has 32 splits; a short context uses one). The partials come from
 // other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
 __device__ void merge_splits(const AttentionParams& p, int n_splits) {
-  const int head = blockIdx.x, row = blockIdx.y;
+  const int head = blockIdx.x, row = p.row_base + blockIdx.y;
   const int n_used = used_splits(p);
   const int partial_width = 2 + p.head_dim_v;
   const float* partial =
-      p.partial + (static_cast<int64_t>(row) * p.n_head + head) * n_splits * partial_width;
+      p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head) * n_splits * partial_width;
   float m_all = -FLT_MAX;
   for (int s = 0; s < n_used; ++s) {
     if (__ldcg(partial + s * partial_width + 1) > 0.0f) {
@@ -325,22 +328,43 @@ void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, con
 
 int attention_splits(int capacity) { return (capacity + kKeysPerSplit - 1) / kKeysPerSplit; }
 
-size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v) {
-  return static_cast<size_t>(n_rows) * n_head * attention_splits(capacity) * (2 + head_dim_v) *
+namespace {
+// The partials of one batch row: every head, every split of the cache.
+size_t scratch_row_bytes(int n_head, int capacity, int head_dim_v) {
+  return static_cast<size_t>(n_head) * attention_splits(capacity) * (2 + head_dim_v) *
          sizeof(float);
+}
+}  // namespace
+
+int attention_rows_per_launch(int n_head, int capacity, int head_dim_v) {
+  const size_t rows = kAttentionScratchBudget / scratch_row_bytes(n_head, capacity, head_dim_v);
+  return static_cast<int>(std::clamp<size_t>(rows, 1, 1 << 20));
+}
+
+size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v) {
+  const int rows = std::min(n_rows, attention_rows_per_launch(n_head, capacity, head_dim_v));
+  return static_cast<size_t>(rows) * scratch_row_bytes(n_head, capacity, head_dim_v);
 }
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
   const int n_splits = attention_splits(p.kv.capacity);
-  const dim3 grid(p.n_head, p.batch.n_rows, n_splits);
+  int per_launch = attention_rows_per_launch(p.n_head, p.kv.capacity, p.head_dim_v);
+  if (p.rows_per_launch > 0) per_launch = std::min(per_launch, p.rows_per_launch);
   const size_t smem = p.batch.n_rows * sizeof(int32_t);
-  if (serial_attention()) {
-    launch(attention_kernel<kMaxDimPerLane, false>, grid, kWarps * 32, smem, stream, p);
-  } else if (p.head_dim <= 128 && p.head_dim_v <= 128) {
-    launch(attention_kernel<4, true>, grid, kWarps * 32, smem, stream, p);
-  } else {
-    launch(attention_kernel<kMaxDimPerLane, true>, grid, kWarps * 32, smem, stream, p);
+  // A row's arithmetic does not depend on which launch takes it: the same bits in one launch
+  // or many.
+  for (int first = 0; first < p.batch.n_rows; first += per_launch) {
+    AttentionParams part = p;
+    part.row_base = first;
+    const dim3 grid(p.n_head, std::min(per_launch, p.batch.n_rows - first), n_splits);
+    if (serial_attention()) {
+      launch(attention_kernel<kMaxDimPerLane, false>, grid, kWarps * 32, smem, stream, part);
+    } else if (p.head_dim <= 128 && p.head_dim_v <= 128) {
+      launch(attention_kernel<4, true>, grid, kWarps * 32, smem, stream, part);
+    } else {
+      launch(attention_kernel<kMaxDimPerLane, true>, grid, kWarps * 32, smem, stream, part);
+    }
   }
 }
 

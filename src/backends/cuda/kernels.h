@@ -179,18 +179,29 @@ struct AttentionParams {
   // Every batch row sees every batch row of its sequence (a DFlash block, non-causal) instead
   // of only its ancestors; the window must be 0.
   bool block_visible = false;
-  // Scratch of attention_scratch_bytes(): [n_rows, n_head, attention_splits(kv.capacity),
-  // 2 + head_dim_v] floats.
+  // Scratch of attention_scratch_bytes(): [rows of a launch, n_head,
+  // attention_splits(kv.capacity), 2 + head_dim_v] floats.
   float* partial = nullptr;
   // [n_rows, n_head] split counts, 0 before the first call (each call leaves them 0): a buffer
   // of their own, as the partials' layout changes with n_rows.
   int* split_counts = nullptr;
   // Also the int8 form of out for the output projection (head_dim_v a multiple of 32).
   Q8Out out_q8;
+  // Rows a launch takes, when fewer than attention_rows_per_launch() (0: that many; the tests
+  // use it to check that the split into launches keeps the bits).
+  int rows_per_launch = 0;
+  int row_base = 0;  // the launch's first batch row: attention() sets it
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
 int attention_splits(int capacity);
+// A wide pass at a long context runs in launches of at most this many rows, so that its
+// partials fit kAttentionScratchBudget (a 512-row prefill chunk at a 32K context on the 7B shape
+// would otherwise take 1.9 GB, now 64 MB in 29 launches); a decode step and a 16-node
+// verification stay one launch up to that context (18 rows a launch there).
+constexpr size_t kAttentionScratchBudget = size_t{64} << 20;
+int attention_rows_per_launch(int n_head, int capacity, int head_dim_v);
+// The partials of min(n_rows, attention_rows_per_launch()) rows.
 size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v);
 // Softmax attention of every row over the committed rows of its sequence plus its ancestors in
 // the batch; heads up to 256 wide, head_dim a multiple of 4.
