@@ -28,8 +28,76 @@ from evaluate import evaluate  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
 
 
+RANK_TAG = ""  # "rank N " on ranks other than 0 of a torchrun
+
+
 def log(*a):
-    print(f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}] {RANK_TAG}" if RANK_TAG else f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+
+
+class Ranks:
+    """torchrun's processes, one GPU each (world 1 without torchrun): each generates its share of
+    the data, holds the features of its share of the training sequences and steps on them with its
+    own anchors; the gradients are averaged before every step, so all keep the same weights (a
+    world of N trains on N times the features in the time one takes for its share). Rank 0
+    evaluates and writes the drafter."""
+
+    def __init__(self, device):
+        global RANK_TAG
+        self.world = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.dist = None
+        if self.world > 1:
+            import datetime
+            import torch.distributed as dist
+            if device == "cuda":
+                torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", self.rank)))
+            # Generous: ranks wait on each other's generation (files) and rank 0's evaluation.
+            dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=datetime.timedelta(minutes=60))
+            self.dist = dist
+            RANK_TAG = f"rank {self.rank} " if self.rank else ""
+
+    def barrier(self):
+        if self.dist:
+            self.dist.barrier()
+
+    def same_weights(self, params):
+        """Rank 0's initial weights everywhere (the seeds agree, this makes sure)."""
+        if self.dist:
+            for p in params:
+                self.dist.broadcast(p.data, 0)
+
+    def average_grads(self, params):
+        if self.dist:
+            for p in params:
+                if p.grad is not None:
+                    self.dist.all_reduce(p.grad)
+                    p.grad.div_(self.world)
+
+    def max(self, x, dev):
+        """The largest x over the ranks (each rank's clock: all stop and anneal together)."""
+        if not self.dist:
+            return x
+        t = torch.tensor([x], dtype=torch.float64, device=dev)
+        self.dist.all_reduce(t, op=self.dist.ReduceOp.MAX)
+        return float(t.item())
+
+    def check_same(self, params):
+        """Every rank must end with rank 0's weights (same averaged gradients, same steps)."""
+        if not self.dist:
+            return
+        dev = params[0].device
+        sums = torch.stack([p.detach().double().sum() for p in params]).to(dev)
+        lo, hi = sums.clone(), sums.clone()
+        self.dist.all_reduce(lo, op=self.dist.ReduceOp.MIN)
+        self.dist.all_reduce(hi, op=self.dist.ReduceOp.MAX)
+        if not torch.equal(lo, hi):
+            raise SystemExit(f"error: the ranks' weights differ after training (max |diff| {float((hi - lo).abs().max()):.3g})")
+
+    def close(self):
+        if self.dist:
+            self.dist.destroy_process_group()
+            self.dist = None
 
 
 def sha256_of(path):
@@ -103,10 +171,11 @@ def finish_helper(h):
     return time.time() - t0
 
 
-def generate_parts(tg, prompts, args, eos, gen_path, helpers=()):
+def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=False):
     """Greedy answers of every prompt, or of this process's share when --gen-parts N > 1: part k takes
     every N-th prompt by length (equal work), writes it to gen_path.partK (atomically) and returns
-    None, except part 0, which waits for the others' files and returns the whole list. Generation is
+    None, except part 0 (and every part when every_part: torchrun's ranks), which waits for the
+    others' files and returns the whole list. Generation is
     launch-bound, so two GPUs halve it; the answers do not depend on the split (greedy, one row's
     result independent of its batch up to bf16 rounding)."""
     N, k = args.gen_parts, args.gen_part
@@ -120,7 +189,7 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=()):
     path = f"{gen_path}.part{k}"
     json.dump({"idx": mine, "gen": got}, open(path + ".tmp", "w"))
     os.replace(path + ".tmp", path)
-    if k:
+    if k and not every_part:
         return None
     out = [None] * len(prompts)
     for j in range(N):
@@ -249,13 +318,16 @@ def block_loss(y, lm_head, ids, lens, anchors, B, weights, adapt=None, embd=None
     return (ce * w).sum() / w.sum(), acc
 
 
-def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_every, rng, max_minutes=0, warmup=100):
+def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_every, rng, max_minutes=0, warmup=100,
+                ranks=None, steps_per_shard=None):
     """`passes` passes over the training sequences (a pass draws every sequence once, in random
     order, shard by shard), AdamW with a cosine schedule over the planned steps. max_minutes
     (0 = none) caps the time spent stepping; the schedule then follows the elapsed fraction so the
-    learning rate still anneals. Returns curve, steps, step seconds, feature seconds, epochs."""
+    learning rate still anneals. With several ranks, shards are this rank's share and
+    steps_per_shard (the same on every rank) how many steps each takes; the ranks agree on the
+    schedule's fraction every step. Returns curve, steps, step seconds, feature seconds, epochs."""
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
-    per_shard = [max(1, len(s) // batch) for s in shards]
+    per_shard = steps_per_shard or [max(1, len(s) // batch) for s in shards]
     total = max(1, round(passes * sum(per_shard)))
     t0, feat_s, curve, step, done = time.time(), 0.0, [], 0, False
     while not done:
@@ -269,6 +341,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
             for b in range(n_steps):
                 busy = time.time() - t0 - feat_s
                 frac = max(step / total, busy / (max_minutes * 60) if max_minutes else 0.0)
+                if ranks and ranks.world > 1:
+                    frac = ranks.max(frac, params[0].device)
                 if step >= total or frac >= 1:
                     done = True
                     break
@@ -278,6 +352,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
                 loss, acc = step_fn(perm[b * batch:(b + 1) * batch])
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
+                if ranks:
+                    ranks.average_grads(params)
                 torch.nn.utils.clip_grad_norm_(params, 1.0)
                 opt.step()
                 if step % log_every == 0:
@@ -325,6 +401,11 @@ def main():
     ap.add_argument("--adapter-hidden", type=int, default=256)
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
+    ranks = Ranks(args.device)
+    if ranks.world > 1:
+        if args.gen_gpus or args.gen_parts > 1:
+            raise SystemExit("error: under torchrun every rank generates its share: leave out --gen-gpus")
+        args.gen_parts, args.gen_part = ranks.world, ranks.rank
     t_start = time.time()
     random.seed(args.seed)
     np.random.seed(args.seed)
@@ -356,16 +437,25 @@ def main():
     work = args.work or args.out
     os.makedirs(work, exist_ok=True)
     gen_path = os.path.join(work, f"gen_{args.target}_{len(prompts)}_{args.max_new}.json")
-    helpers = start_helpers(args, gen_path) if not os.path.exists(gen_path) else []
+    cached = os.path.exists(gen_path)
+    ranks.barrier()  # every rank saw the same cache state before rank 0 may write it
+    helpers = start_helpers(args, gen_path) if not cached else []
+    if ranks.world > 1 and not cached:
+        stale = f"{gen_path}.part{ranks.rank}"  # an earlier run's, not to be read as this one's
+        if os.path.exists(stale):
+            os.remove(stale)
+        ranks.barrier()
     t_gen = time.time()
-    if os.path.exists(gen_path):
+    if cached:
         gen = json.load(open(gen_path))
     else:
-        gen = generate_parts(tg, prompts, args, gw.eos, gen_path, helpers)
+        gen = generate_parts(tg, prompts, args, gw.eos, gen_path, helpers, every_part=ranks.world > 1)
         if gen is None:  # a helper part: its share is written, part 0 trains
             log(f"part {args.gen_part}/{args.gen_parts} written")
             return
-        json.dump(gen, open(gen_path, "w"))
+        if ranks.rank == 0:
+            json.dump(gen, open(gen_path + ".tmp", "w"))
+            os.replace(gen_path + ".tmp", gen_path)
     t_gen = time.time() - t_gen
     helper_s = sum(finish_helper(h) for h in helpers)
     log(f"generation {t_gen:.0f}s, mean {np.mean([len(g) for g in gen]):.0f} new tokens")
@@ -397,9 +487,13 @@ def main():
     log("config", json.dumps(cfg))
 
     E_feat = len(layers) * gw.n_embd
-    shards, feat_gb = shards_of(tr, seqs, E_feat, args.feature_gb, random.Random(args.seed + 3))
+    # Shards of the whole training set over every rank's memory; rank r holds every world-th
+    # sequence of each, and all ranks take the steps of the smallest share.
+    shards, feat_gb = shards_of(tr, seqs, E_feat, args.feature_gb * ranks.world, random.Random(args.seed + 3))
+    steps_per_shard = [max(1, len(sh) // ranks.world // args.batch) for sh in shards]
+    shards = [sh[ranks.rank::ranks.world] for sh in shards]
     log(f"{len(tr)} training sequences, {sum(len(seqs[i]) for i in tr)} tokens, features {feat_gb:.1f} GB "
-        f"in {len(shards)} shard(s)")
+        f"in {len(shards)} shard(s)" + (f" over {ranks.world} ranks" if ranks.world > 1 else ""))
     store = FeatureStore(tg, seqs, layers, dev)
     t_feat = store.load(shards[0])
     log(f"features of shard 0 in {t_feat:.0f}s")
@@ -408,9 +502,10 @@ def main():
     ids_flat = torch.tensor([t for s in seqs for t in s], device=dev)
 
     d = Drafter(cfg).to(dev)
+    ranks.same_weights(list(d.p.values()) + list(d.a.values()))
     B = args.block
     weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
-    grng = random.Random(args.seed + 1)
+    grng = random.Random(args.seed + 1 + 1000 * ranks.rank)  # each rank its own anchors and order
     embd, lm_head = tg.embd, tg.lm_head
     ac = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
 
@@ -430,7 +525,8 @@ def main():
 
     params = [p for p in d.p.values()]
     curve, steps, secs, fsecs, epochs = train_phase("drafter", params, args.passes, args.lr, store, shards, args.batch,
-                                                    drafter_step, 50, grng, args.minutes)
+                                                    drafter_step, 50, grng, args.minutes, ranks=ranks,
+                                                    steps_per_shard=steps_per_shard)
     log(f"drafter: {steps} steps, {epochs:.2f} epochs, {secs:.0f}s (+{fsecs:.0f}s features)")
     for p in params:
         p.requires_grad_(False)
@@ -445,10 +541,16 @@ def main():
     a_shards = shards[-1:] if len(shards) > 1 else shards  # the adapter is small: the loaded shard is enough
     acurve, asteps, asecs, afsecs, aepochs = train_phase("adapter", list(d.a.values()), args.adapter_passes, args.lr,
                                                          store, a_shards, args.batch, adapter_step, 50, grng,
-                                                         args.adapter_minutes, 20)
+                                                         args.adapter_minutes, 20, ranks=ranks,
+                                                         steps_per_shard=steps_per_shard[-1:])
     log(f"adapter: {asteps} steps, {aepochs:.2f} epochs of its shard, {asecs:.0f}s")
     t_feat += fsecs + afsecs
     del store
+    world = ranks.world
+    ranks.check_same(list(d.p.values()) + list(d.a.values()))
+    ranks.close()
+    if ranks.rank:  # rank 0 evaluates and writes
+        return
 
     # Export: I8 matrices; evaluation and the reference use the weights as stored.
     ship, deq = export_arrays(tensors_of(d))
@@ -499,7 +601,7 @@ def main():
     xdiff = float((yt.cpu() - y).norm() / y.norm())
     log(f"reference: T={T} root={s[T]} train_forward vs reference_forward rel diff {xdiff:.2e}")
 
-    gpu_min = (time.time() - t_start + helper_s) / 60  # the helpers' GPUs count too
+    gpu_min = ((time.time() - t_start) * world + helper_s) / 60  # every rank's and helper's GPU
     json.dump({"command": " ".join(sys.argv), "seed": args.seed, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
                "torch": torch.__version__, "n_prompts": len(prompts), "n_train": len(tr), "n_heldout": len(ho),
                "n_prompts_by_split_cat": {f"{sp}/{c}": sum(1 for p in prompts if p.get("split", "train") == sp and p["cat"] == c)
@@ -510,7 +612,7 @@ def main():
                            "adapter": round(asecs, 1), "eval": round(t_eval, 1)},
                "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
                "drafter_epochs": round(epochs, 3), "adapter_epochs": round(aepochs, 3), "feature_gb": round(feat_gb, 2),
-               "feature_shards": len(shards), "batch": args.batch, "anchors": args.anchors,
+               "feature_shards": len(shards), "ranks": world, "batch": args.batch, "anchors": args.anchors,
                "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
