@@ -28,11 +28,11 @@ from evaluate import evaluate  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
 
 
-RANK_TAG = ""  # "rank N " on ranks other than 0 of a torchrun
+RANK_TAG = ""  # " rank N" on ranks other than 0 of a torchrun
 
 
 def log(*a):
-    print(f"[{time.strftime('%H:%M:%S')}] {RANK_TAG}" if RANK_TAG else f"[{time.strftime('%H:%M:%S')}]", *a, flush=True)
+    print(f"[{time.strftime('%H:%M:%S')}]{RANK_TAG}", *a, flush=True)
 
 
 class Ranks:
@@ -55,7 +55,7 @@ class Ranks:
             # Generous: ranks wait on each other's generation (files) and rank 0's evaluation.
             dist.init_process_group("nccl" if device == "cuda" else "gloo", timeout=datetime.timedelta(minutes=60))
             self.dist = dist
-            RANK_TAG = f"rank {self.rank} " if self.rank else ""
+            RANK_TAG = f" rank {self.rank}" if self.rank else ""
 
     def barrier(self):
         if self.dist:
@@ -175,9 +175,9 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
     """Greedy answers of every prompt, or of this process's share when --gen-parts N > 1: part k takes
     every N-th prompt by length (equal work), writes it to gen_path.partK (atomically) and returns
     None, except part 0 (and every part when every_part: torchrun's ranks), which waits for the
-    others' files and returns the whole list. Generation is
-    launch-bound, so two GPUs halve it; the answers do not depend on the split (greedy, one row's
-    result independent of its batch up to bf16 rounding)."""
+    others' files and returns the whole list. Generation is launch-bound, so two GPUs halve it;
+    the answers do not depend on the split (greedy, one row's result independent of its batch up
+    to bf16 rounding)."""
     N, k = args.gen_parts, args.gen_part
     if N <= 1:
         return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens)
