@@ -194,6 +194,7 @@ void bench(const BenchOptions& o) {
   }
   const double bytes_per_token = static_cast<double>(e.model().weight_bytes_per_pass());
   const double rss_mib = static_cast<double>(peak_rss_bytes()) / (1 << 20);
+  const double device_mib = static_cast<double>(e.model().peak_device_bytes()) / (1 << 20);
   if (o.json) {
     nlohmann::json out = {{"model", c.name},
                           {"path", path},
@@ -204,6 +205,7 @@ void bench(const BenchOptions& o) {
                           {"kernel", cpu_kernel_path()},
                           {"weight_gbps", bytes_per_token * tg_tps / 1e9},
                           {"peak_rss_mb", rss_mib},
+                          {"peak_device_mb", device_mib},
                           {"results", nlohmann::json::array()}};
     for (const auto& f : figures) {
       out["results"].push_back(
@@ -226,8 +228,10 @@ void bench(const BenchOptions& o) {
     std::printf("| %s | %.1f MiB | %s | %d | %s | %.2f ± %.2f |\n", c.name.c_str(), size_mib,
                 backend.c_str(), e.pool().size(), f.test.c_str(), f.mean(), f.stddev());
   }
-  std::printf("\nweights read per decode pass: %.1f MiB; peak RSS %.1f MiB\n",
+  std::printf("\nweights read per decode pass: %.1f MiB; peak RSS %.1f MiB",
               bytes_per_token / (1 << 20), rss_mib);
+  if (device_mib > 0) std::printf("; peak device memory %.1f MiB", device_mib);
+  std::printf("\n");
   if (tg_tps > 0) {
     std::printf("decode reads weights at %.1f GB/s\n", bytes_per_token * tg_tps / 1e9);
   }

@@ -53,6 +53,11 @@ void print_stats(const GenerationStats& s, const Engine& engine) {
                s.ttft_ms, s.prefill_tokens_per_second(), s.decode_tokens_per_second(),
                s.tokens_per_pass(), static_cast<double>(s.peak_rss_bytes) / (1 << 20),
                engine.load_ms());
+  if (s.peak_device_bytes > 0) {
+    std::fprintf(stderr, "[salvo] peak device memory %.1f MiB (%s)\n",
+                 static_cast<double>(s.peak_device_bytes) / (1 << 20),
+                 engine.model().backend_name());
+  }
   if (s.drafted_nodes > 0) {
     std::string per_depth;
     for (double rate : s.acceptance_per_depth()) {
@@ -179,6 +184,7 @@ void run(const RunOptions& o) {
           {"decode_tps", s.decode_tokens_per_second()},
           {"tokens_per_pass", s.tokens_per_pass()},
           {"peak_rss_mb", static_cast<double>(s.peak_rss_bytes) / (1 << 20)},
+          {"peak_device_mb", static_cast<double>(s.peak_device_bytes) / (1 << 20)},
           {"load_ms", e.load_ms()},
           {"spec", spec_mode_name(spec.mode)},
           {"draft_model", e.draft_model() ? e.draft_model()->config().name : ""},

@@ -330,6 +330,7 @@ void Sequence::finish() {
         std::chrono::duration<double, std::milli>(Clock::now() - first_token_time_).count();
   }
   stats.peak_rss_bytes = peak_rss_bytes();
+  stats.peak_device_bytes = model_.peak_device_bytes();
   phase_ = Phase::kDone;
 }
 

@@ -52,7 +52,8 @@ struct GenerationStats {
   double prefill_ms = 0;
   double decode_ms = 0;  // after the first token
   size_t peak_rss_bytes = 0;
-  std::string finish_reason;  // "length", "stop" (EOS or stop string), "cancelled"
+  size_t peak_device_bytes = 0;  // accelerator memory (Model::peak_device_bytes; 0 on the CPU)
+  std::string finish_reason;     // "length", "stop" (EOS or stop string), "cancelled"
 
   // Speculation. Depth d (1-based) is "tested" in a verification pass when the target's walk
   // reached a node (or the root) with draft children at depth d, and "accepted" when the walk

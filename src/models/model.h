@@ -27,6 +27,8 @@ class Model {
   size_t weight_bytes_per_pass() const { return weight_bytes_per_pass_; }
   // Where the forward pass runs ("cpu", "cuda").
   virtual const char* backend_name() const { return "cpu"; }
+  // Accelerator memory this process has held at most (weights, caches, scratch; 0 on the CPU).
+  virtual size_t peak_device_bytes() const { return 0; }
 
   // Runs every row of the batch. K/V of each row are written to the suffix region of its
   // sequence in `kv` (nothing is committed here: the caller commits what it keeps). Logits of

@@ -41,11 +41,12 @@ def test_run_json_has_text_tokens_and_figures():
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
     for key in ("text", "tokens", "prompt_tokens", "ttft_ms", "prefill_tps", "decode_tps",
-                "tokens_per_pass", "peak_rss_mb", "finish_reason"):
+                "tokens_per_pass", "peak_rss_mb", "peak_device_mb", "finish_reason"):
         assert key in out, key
     assert 0 < len(out["tokens"]) <= 12
     assert out["tokens_per_pass"] >= 1.0
     assert out["peak_rss_mb"] > 0
+    assert out["peak_device_mb"] == 0  # the CPU backend holds no accelerator memory
 
 
 def test_auto_drafts_with_what_is_named_before_what_is_found():

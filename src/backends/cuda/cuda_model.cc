@@ -129,6 +129,7 @@ class DeviceKvCache : public KvCacheMirror {
 class CudaModel : public Model {
  public:
   const char* backend_name() const override { return "cuda"; }
+  size_t peak_device_bytes() const override { return DeviceBytes::peak_bytes(); }
 
   // The device token embedding and LM head, for a drafter that shares them.
   const DeviceHeads& heads() const { return heads_; }
