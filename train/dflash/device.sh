@@ -1,27 +1,29 @@
 #!/bin/bash
 # Device-side driver for the DFlash drafters (DEVELOPERS.md "Training a DFlash drafter" lists the
 # calls). The checkout carries .gpu/df (this script as dev.sh, train/dflash/*.py in code/, the gzipped
-# make_data.py JSONs, the gguf wheel in whl/) and one or more GGUF pieces in .gpu/s/ (smollm) and
-# .gpu/q/ (qwen). Idempotent: every call moves the pieces that came with it to /root/m, and once all
-# pieces of a model are there it joins them, checks the sha256 and starts train.py in the background
-# (setsid), so the next uploads and the other model's run overlap. Both runs share one H200.
+# make_data.py JSONs, the gguf wheel in whl/) and one or more GGUF pieces in .gpu/s/ (smollm),
+# .gpu/q/ (qwen 1.5B) and .gpu/p/ (qwen 0.5B). Idempotent: every call moves the pieces that came
+# with it to /root/m, and once all pieces of a model are there it joins them, checks the sha256 and
+# starts train.py in the background (setsid), so the next uploads and the other runs overlap. A
+# model is trained only when its data_<name>.json.gz came along. The runs share the visible GPUs;
+# SGPU / QGPU / PGPU put a run on a GPU of its own (CUDA_VISIBLE_DEVICES).
 #   bash .gpu/df/dev.sh              # collect pieces, start what can start, report, export finished runs
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
-# Exports (once per run) to $OUT: <s|q>_small.tar (config.json, train_log.json), <s|q>.log,
-# <s|q>_reference.safetensors and model.safetensors in 15 MB pieces <s|q>_model.NN (join with cat).
+# Exports (once per run) to $OUT: <s|q|p>_small.tar (config.json, train_log.json), <s|q|p>.log,
+# <s|q|p>_reference.safetensors and model.safetensors in 15 MB pieces <s|q|p>_model.NN (cat them).
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site
-M=/root/m; W=/root/w; mkdir -p $M/s $M/q $W
+M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $W
 [ -d /root/site/gguf ] || pip install -q --no-index --no-deps --target /root/site .gpu/df/whl/*.whl
-for d in s q; do for f in .gpu/$d/*; do [ -f "$f" ] && mv "$f" $M/$d/; done; done
-echo "pieces: s=$(ls $M/s | wc -l) q=$(ls $M/q | wc -l)"
+for d in s q p; do for f in .gpu/$d/*; do [ -f "$f" ] && mv "$f" $M/$d/; done; done
+echo "pieces: s=$(ls $M/s | wc -l) q=$(ls $M/q | wc -l) p=$(ls $M/p | wc -l)"
 rm -rf $W/code; cp -r .gpu/df/code $W/code
 # Once, and atomically: a run reads its data ~40 s after it starts, while later calls come by
 # (session 8 lost a run to a copy that truncated the file under the reader).
 for f in .gpu/df/data_*.json.gz; do
   [ -f "$f" ] && [ ! -f "$W/$(basename "$f")" ] && cp "$f" "$W/.tmp_data" && mv "$W/.tmp_data" "$W/$(basename "$f")"
 done
-start() { # name gguf sha npieces dir args...
-  name=$1; g=$2; sha=$3; n=$4; dir=$5; shift 5
+start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
+  name=$1; g=$2; sha=$3; n=$4; dir=$5; gpu=$6; shift 6
   [ -f $W/$name.started ] && return
   [ -f $W/data_$name.json.gz ] || { echo "no data for $name"; return; }
   if [ ! -f $g.ok ]; then
@@ -32,7 +34,7 @@ start() { # name gguf sha npieces dir args...
     echo "sha ok $name"; touch $g.ok; rm -rf $M/$dir
   fi
   touch $W/$name.started
-  setsid nohup bash -c "python3 $W/code/train.py --target $name --gguf $g --data $W/data_$name.json.gz \
+  setsid nohup bash -c "${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $W/data_$name.json.gz \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
 # Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
@@ -41,16 +43,23 @@ start() { # name gguf sha npieces dir args...
 # out 2.49); session 8: 36k prompts, two layers, 5 passes (QFEATGB=90 on a GPU of its own).
 # Session 12 shipped 36k prompts, 5 passes, QFEATGB=100 on GPU 1 with QGENGPUS=0 (GPU 0 generates
 # half the data: train.py --gen-gpus).
-start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s \
+start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
-start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q \
+start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q "${QGPU:-}" \
   --n-layer ${QLAYERS:-2} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-5} --minutes ${QMINUTES:-7} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-56} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS}
-if [ "${1:-}" = wait ]; then
+# Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
+# its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
+start qwen2.5-coder-0.5b $W/qwen2.5-coder-0.5b.gguf 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ${PPIECES:-9} p "${PGPU:-}" \
+  --n-layer 2 --n-ff 1792 --target-layers 2,11,20 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
+  --passes ${PPASSES:-5} --minutes ${PMINUTES:-5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${PFEATGB:-60} --eval-max 256
+names="smollm2-135m qwen2.5-coder-1.5b qwen2.5-coder-0.5b"
+running() { for n in $names; do [ -f $W/$n.started ] && [ ! -f $W/$n.done ] && return 0; done; return 1; }
+if [ "${1:-}" = wait ]; then  # until every started run is done
   end=$((SECONDS + $2))
-  while { [ ! -f $W/qwen2.5-coder-1.5b.done ] || [ ! -f $W/smollm2-135m.done ]; } && [ $SECONDS -lt $end ]; do sleep 5; done
+  while running && [ $SECONDS -lt $end ]; do sleep 5; done
 fi
 export_out() { # name tag
   [ -f $W/$1.done ] && [ ! -f $W/$1.exported ] || return
@@ -61,6 +70,7 @@ export_out() { # name tag
 }
 export_out smollm2-135m s
 export_out qwen2.5-coder-1.5b q
+export_out qwen2.5-coder-0.5b p
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-for n in smollm2-135m qwen2.5-coder-1.5b; do [ -f $W/$n.log ] && { echo "== $n"; tail -n 4 $W/$n.log; }; done
+for n in $names; do [ -f $W/$n.log ] && { echo "== $n"; tail -n 4 $W/$n.log; }; done
 ls $OUT
