@@ -128,14 +128,17 @@ class CudaOps : public ::testing::Test {
 // invariant (each row bit-identical to a launch holding that row alone, 64-row pieces included).
 // Shapes: 512 -> 96 (whole 32-row tiles), and a wider, shorter one (a partial 32-row tile, more k
 // slices; for the 32-element formats 43 blocks: a partial last unit of 4 blocks and rows that
-// start at 2-byte offsets; for the k-quants 7 blocks, Q6_K rows likewise misaligned).
+// start at 2-byte offsets; for the k-quants 7 blocks, Q6_K rows likewise misaligned), and a
+// narrow, long one whose tiles split k across blocks (4 blocks a tile for the k-quants, 8 for
+// the 32-element formats; 300 rows pass the split scratch's 256 and run as two launches).
 TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
   struct Shape {
     int64_t n_in_k, n_in_32, n_out;  // n_in for the 256- and the 32-element formats
     std::vector<int> rows;
   };
   const Shape shapes[] = {{512, 512, 96, {1, 2, 3, 5, 8, 16, 17, 24, 33, 64, 100, 200}},
-                          {1792, 1376, 40, {1, 3, 8, 9}}};
+                          {1792, 1376, 40, {1, 3, 8, 9}},
+                          {8192, 8192, 40, {1, 5, 8, 9, 17, 300}}};
   for (const Shape& shape : shapes) {
     for (cuda::MatmulVariant variant :
          {cuda::MatmulVariant::kFloat, cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {

@@ -164,7 +164,10 @@ class CudaModel : public Model {
 
   ~CudaModel() override {
     for (auto& [key, exec] : graphs_) cudaGraphExecDestroy(exec);
-    if (stream_ != nullptr) cudaStreamDestroy(stream_);
+    if (stream_ != nullptr) {
+      matmul_release(stream_);
+      cudaStreamDestroy(stream_);
+    }
   }
 
  protected:
@@ -291,7 +294,9 @@ class CudaModel : public Model {
                            " exceeds the CUDA attention kernel's 256");
     }
     SALVO_RETURN_IF_ERROR(check_available());
-    return cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate");
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
+    matmul_prepare(stream_);  // before any graph capture on the stream
+    return Status();
   }
 
   Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {

@@ -82,6 +82,11 @@ void matmul(const MatmulParams& p, cudaStream_t stream);
 // The integer paths alone (variants kMma, kQ8): x given as p.xq (p.x unused); launches of up
 // to dp4a_rows (<= 8) rows run the dp4a kernel, which gives the same bits as the mma kernel.
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream);
+// The split-k scratch of a stream (matmul_mma's narrow matrices): allocates, so call it before
+// capturing a graph on the stream (an uncaptured launch allocates it when first needed).
+void matmul_prepare(cudaStream_t stream);
+// Frees it (before the stream is destroyed).
+void matmul_release(cudaStream_t stream);
 // matmul_mma for up to 3 matrices of one type and width over the same activations (p.xq) in one
 // launch (Q/K/V, gate/up). Each matrix's values depend on its own shape and the group's.
 void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cudaStream_t stream);

@@ -17,6 +17,9 @@
 // blocks in increasing order, and the warps' partial sums are added in warp order.
 #include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <memory>
+#include <mutex>
 
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/device_memory.h"
@@ -306,6 +309,16 @@ struct MmaArgs {
 
 constexpr int kMaxSlices = 8;  // warps per block, each a slice of the weight blocks
 
+// Split k: a narrow matrix (few output tiles, e.g. the 1.5B's down projection: 48 dp4a blocks
+// for 132 SMs) also splits its slices across up to kMaxSplits blocks per tile (the grid's z).
+// Each block writes its warps' sum (in warp order) to a scratch tile of kSplitTileFloats, and
+// the block that arrives last at the tile's count adds the blocks' sums in split order: a fixed
+// order given by the shape, so row invariance and the dp4a/mma agreement hold. The scratch
+// holds kSplitPieces 64-row pieces; wider launches run in several.
+constexpr int kMaxSplits = 8;
+constexpr int kSplitTileFloats = 16 * kMatmulMaxRows;  // mma: 16 outputs x 64 rows; dp4a: 32 x 8
+constexpr int kSplitPieces = 4;
+
 // Up to kMaxGroup matrices of one type and width that read the same activations (Q/K/V,
 // gate/up) in one launch: blocks [first[i], first[i + 1]) compute matrix i.
 constexpr int kMaxGroup = 3;
@@ -313,7 +326,43 @@ struct MmaGroup {
   MmaArgs m[kMaxGroup];
   int first[kMaxGroup + 1];
   int n;
+  int splits = 1;            // blocks per tile along k (gridDim.z)
+  float* partial = nullptr;  // [pieces][tiles][splits][kSplitTileFloats] when splits > 1
+  int* counts = nullptr;     // [pieces][tiles], zero between launches
 };
+
+// Slice (k share) of this warp among the warps of all blocks of its tile.
+__device__ __forceinline__ int my_slice(int n_warps) {
+  return static_cast<int>(blockIdx.z) * n_warps + static_cast<int>(threadIdx.x / 32);
+}
+
+__device__ __forceinline__ float* split_tile(const MmaGroup& g, int split) {
+  const int64_t tile = static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+  return g.partial + (tile * g.splits + split) * kSplitTileFloats;
+}
+
+// Called by every thread after the block wrote its sums to split_tile(g, blockIdx.z): true in
+// the block that arrives last (the other blocks' sums are then visible to it through L2,
+// read with __ldcg), which also resets the count for the next launch.
+__device__ __forceinline__ bool split_arrive(const MmaGroup& g) {
+  __threadfence();
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    int* count = g.counts + static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
+    last = atomicAdd(count, 1) == g.splits - 1;
+    if (last) *count = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
+// Value i of the tile: the splits' sums added in split order.
+__device__ __forceinline__ float split_sum(const MmaGroup& g, int i) {
+  float v = __ldcg(split_tile(g, 0) + i);
+  for (int z = 1; z < g.splits; ++z) v = __fadd_rn(v, __ldcg(split_tile(g, z) + i));
+  return v;
+}
 // The matrix of this block and the block's tile within it.
 __device__ __forceinline__ const MmaArgs& group_part(const MmaGroup& g, int& tile) {
   int i = 0;
@@ -409,9 +458,10 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
 }
 
 template <DType T, int NT>
-__device__ __forceinline__ void mma_tile(const MmaArgs& p, int tile) {
+__device__ __forceinline__ void mma_tile(const MmaGroup& grp, const MmaArgs& p, int tile) {
   using F = Fmt<T>;
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int n_slices = n_warps * grp.splits, slice = my_slice(n_warps);
   const int g = lane / 4, t = lane % 4;
   const int o_base = tile * 16;
   // Rows past n_out (a partial last tile) read the last row and are not written.
@@ -427,10 +477,10 @@ __device__ __forceinline__ void mma_tile(const MmaArgs& p, int tile) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[nt][i] = 0.0f;
   }
-  // Warp w takes units w, w + n_warps, ...: the warps of a block read neighbouring bytes. (A
+  // Slice s takes units s, s + n_slices, ...: the warps of a block read neighbouring bytes. (A
   // contiguous run per warp with the next unit prefetched measured slower on the H200: 28.7
   // against 24.9 us on the 7B gate matrix, Q4_K.)
-  for (int u = warp; u < n_units; u += n_warps) {
+  for (int u = slice; u < n_units; u += n_slices) {
     typename F::Raw r0[F::kUnit], r1[F::kUnit];
 #pragma unroll
     for (int i = 0; i < F::kUnit; ++i) {
@@ -465,15 +515,36 @@ __device__ __forceinline__ void mma_tile(const MmaArgs& p, int tile) {
       }
       __syncthreads();
     }
+  }
+  // Element (col, output g + 8 * (i / 2)) of the tile for the split scratch.
+  auto at = [&](int nt, int i) { return (8 * nt + 2 * t + i % 2) * 16 + g + 8 * (i / 2); };
+  if (grp.splits > 1) {
     if (warp == 0) {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const int o = o_base + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
-        if (o < p.n_out && col < p.n_rows) {
-          float v = acc[nt][i];
-          if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o]);
-          p.y[static_cast<int64_t>(col) * p.n_out + o] = v;
-        }
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) split_tile(grp, blockIdx.z)[at(nt, i)] = acc[nt][i];
+      }
+    }
+    if (!split_arrive(grp)) return;
+    if (warp == 0) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = split_sum(grp, at(nt, i));
+      }
+    }
+  }
+  if (warp != 0) return;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int o = o_base + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
+      if (o < p.n_out && col < p.n_rows) {
+        float v = acc[nt][i];
+        if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o]);
+        p.y[static_cast<int64_t>(col) * p.n_out + o] = v;
       }
     }
   }
@@ -487,9 +558,9 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   pdl_enter();
   // The first piece reads its arguments in place (every decode and verification launch).
   if (blockIdx.y == 0) {
-    mma_tile<T, NT>(p, tile);
+    mma_tile<T, NT>(grp, p, tile);
   } else {
-    mma_tile<T, NT>(row_piece(p), tile);
+    mma_tile<T, NT>(grp, row_piece(p), tile);
   }
 }
 
@@ -507,13 +578,18 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
 // load instruction touch 32 rows with 2..16-byte pieces (L1-wavefront bound, the former version
 // of this kernel: no faster than mma). Instead each warp streams its units through shared
 // memory: per unit, the 32 rows' bytes are copied with 16-byte cp.async by consecutive lanes
-// (each row's piece is contiguous, so 8..15 lanes read one row's run), kDp4aStages units ahead,
+// (each row's piece is contiguous, so 8..15 lanes read one row's run), kStages - 1 units ahead,
 // and each lane then reads its own row's copy. A row's copy sits at a pitch of an odd number of
 // 16-byte granules, so the lanes' 16-byte reads (Q4_K, Q5_K) hit distinct banks; the 2-byte
 // aligned formats read aligned words and shift them into place. The warps run their pipelines
 // independently (no block barrier until the final sum).
 
-constexpr int kDp4aStages = 2;  // units per warp in shared memory (one computed, one in flight)
+// Units per warp in shared memory (one computed, the others in flight): kStages of the kernel,
+// at most what 8 warps' stages leave of an SM's shared memory (Q6_K: 3). Two by default:
+// SALVO_DP4A_STAGES=4 (a short row's units all in flight at once, but half the blocks resident
+// per SM) measured slower on the H200 (session 13, tg128: random 1.5B shape 559 -> 519 tok/s,
+// 7B 270 -> 246).
+constexpr int kDp4aSmemBudget = 220 * 1024;
 
 // Alignment of a block's first byte in global memory (rows start at multiples of it too).
 template <DType T>
@@ -533,9 +609,15 @@ constexpr int unit_pitch() {
   return 16 * (granules % 2 == 1 ? granules : granules + 1);
 }
 
-template <DType T>
+template <DType T, int kStages>
+constexpr int dp4a_stages() {
+  const int fit = kDp4aSmemBudget / (kMaxSlices * 32 * unit_pitch<T>());
+  return fit < kStages ? (fit < 2 ? 2 : fit) : kStages;
+}
+
+template <DType T, int kStages>
 constexpr int dp4a_smem_bytes(int warps) {
-  return warps * kDp4aStages * 32 * unit_pitch<T>();
+  return warps * dp4a_stages<T, kStages>() * 32 * unit_pitch<T>();
 }
 
 // A block's bytes in shared memory, as Fmt::load reads them through the ld_* overloads below
@@ -688,10 +770,11 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
   }
 }
 
-template <DType T, int R>
+template <DType T, int R, int kMaxStages>
 __global__ void __launch_bounds__(32 * kMaxSlices)
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
+  constexpr int kDp4aStages = dp4a_stages<T, kMaxStages>();
   constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
   constexpr int kUnitBytes = F::kUnit * F::kBytes;
   extern __shared__ uint4 dp4a_smem[];
@@ -702,8 +785,9 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   const int o_raw = tile * 32 + lane;
   const int n_blocks = p.n_in / F::kElems;
   const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
-  // This warp's units: warp, warp + n_warps, ... (my_units of them).
-  const int my_units = warp < n_units ? (n_units - warp + n_warps - 1) / n_warps : 0;
+  // This warp's units: slice, slice + n_slices, ... (my_units of them).
+  const int n_slices = n_warps * grp.splits, slice = my_slice(n_warps);
+  const int my_units = slice < n_units ? (n_units - slice + n_slices - 1) / n_slices : 0;
   uint8_t* const buf =
       reinterpret_cast<uint8_t*>(dp4a_smem) + static_cast<size_t>(warp) * kDp4aStages * 32 * kPitch;
   // Rows past n_out (a partial last tile) copy the last row and are not written.
@@ -715,7 +799,7 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   // granules of a row. A row's piece spans the granules from its first byte's granule to its
   // last byte's (the lead bytes before it and the tail after it are not read).
   auto stage = [&](int i) {
-    const int u = warp + i * n_warps;
+    const int u = slice + i * n_slices;
     const int bytes = min(F::kUnit, n_blocks - u * F::kUnit) * F::kBytes;
     uint8_t* const dst = buf + (i % kDp4aStages) * 32 * kPitch;
 #pragma unroll
@@ -747,7 +831,7 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     cp_async_commit();
     cp_async_wait<kDp4aStages - 1>();  // this lane's copies of unit i have landed
     __syncwarp();                      // and every lane's
-    const int u = warp + i * n_warps;
+    const int u = slice + i * n_slices;
     const uint8_t* const row_copy = buf + (i % kDp4aStages) * 32 * kPitch + lane * kPitch;
     // Byte offset of the unit's first byte within its first granule.
     const int lead = static_cast<int>(
@@ -774,12 +858,28 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
   }
   __syncthreads();
+  if (warp == 0) {
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      for (int w = 1; w < n_warps; ++w) acc[r] = __fadd_rn(acc[r], partial[w][r][lane]);
+    }
+  }
+  if (grp.splits > 1) {
+    if (warp == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) split_tile(grp, blockIdx.z)[r * 32 + lane] = acc[r];
+    }
+    if (!split_arrive(grp)) return;
+    if (warp == 0) {
+#pragma unroll
+      for (int r = 0; r < R; ++r) acc[r] = split_sum(grp, r * 32 + lane);
+    }
+  }
   if (warp != 0) return;
 #pragma unroll
   for (int r = 0; r < R; ++r) {
     if (r >= p.n_rows) break;
     float v = acc[r];
-    for (int w = 1; w < n_warps; ++w) v = __fadd_rn(v, partial[w][r][lane]);
     if (o_raw < p.n_out) {
       if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o_raw]);
       p.y[static_cast<int64_t>(r) * p.n_out + o_raw] = v;
@@ -816,21 +916,60 @@ int min_units() {
   static const int n = env_knob("SALVO_MMA_MIN_UNITS", 1);
   return n;
 }
+// SALVO_MMA_SPLITS: the most blocks per tile (1: no split k, the session-12 kernels). Split k
+// measured on the H200 (session 13, tg128 alternated twice): random 1.5B shape 557 -> 594
+// tok/s, 7B 269 -> 275; pp512 on the 1.5B shape 7156 -> 6552 (its 64-row pieces lose more to
+// the scratch round trip than they gain).
+int max_splits() {
+  static const int n = std::min(env_knob("SALVO_MMA_SPLITS", kMaxSplits), kMaxSplits);
+  return n;
+}
+int dp4a_max_stages() {
+  static const int n = env_knob("SALVO_DP4A_STAGES", 2);
+  return n;
+}
+// Tiles x splits of any launch with splits > 1 (what the scratch holds per piece).
+int max_split_tiles() { return warps_per_sm() * sm_count() / kMaxSlices; }
 
-// Warps (k slices) per block: a function of the shape alone (never of the rows, which would
-// change the order of the float sums): enough warps per SM where the output tiles alone cannot
-// fill the GPU, each warp keeping at least min_units() units (of F::kUnit blocks). tiles: 16-row
-// output tiles of the launch (of every matrix of a group).
+struct Slices {
+  int warps, splits;
+};
+
+// k slices of a tile: a function of the shape alone (never of the rows, which would change the
+// order of the float sums): enough warps per SM where the output tiles alone cannot fill the
+// GPU, each warp keeping at least min_units() units (of F::kUnit blocks). Up to kMaxSlices they
+// are the warps of one block; beyond, blocks of kMaxSlices warps split the tile (while the
+// launch stays within one wave's warps). tiles: 16-row output tiles of the launch (of every
+// matrix of a group).
 template <DType T>
-int slices(int tiles, int n_in) {
+Slices slices(int tiles, int n_in) {
   using F = Fmt<T>;
   const int units = (n_in / F::kElems + F::kUnit - 1) / F::kUnit;
+  const int target = warps_per_sm() * sm_count();
   int s = 1;
-  while (s < kMaxSlices && 2 * s * min_units() <= units &&
-         tiles * s < warps_per_sm() * sm_count()) {
-    s *= 2;
+  while (s < kMaxSlices && 2 * s * min_units() <= units && tiles * s < target) s *= 2;
+  if (s == kMaxSlices) {
+    while (s < kMaxSlices * max_splits() && 2 * s * min_units() <= units &&
+           tiles * 2 * s <= target) {
+      s *= 2;
+    }
   }
-  return s;
+  return {std::min(s, kMaxSlices), std::max(1, s / kMaxSlices)};
+}
+
+// The split scratch of a stream (a captured graph keeps its pointers, so it never moves).
+struct SplitScratch {
+  DeviceBuffer partial, counts;
+};
+std::mutex split_mu;
+std::map<cudaStream_t, std::unique_ptr<SplitScratch>>& split_scratches() {
+  static std::map<cudaStream_t, std::unique_ptr<SplitScratch>> m;
+  return m;
+}
+SplitScratch* find_split_scratch(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(split_mu);
+  auto it = split_scratches().find(stream);
+  return it == split_scratches().end() ? nullptr : it->second.get();
 }
 
 // The group's tiles of `rows_per_tile` outputs; fills grp.first.
@@ -845,25 +984,66 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
 template <DType T, int NT>
 void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
-  launch(mma_kernel<T, NT>, dim3(blocks, row_pieces(grp)), 32 * warps, 0, stream, grp);
+  const dim3 grid(blocks, row_pieces(grp), static_cast<unsigned>(grp.splits));
+  launch(mma_kernel<T, NT>, grid, 32 * warps, 0, stream, grp);
+}
+
+template <DType T, int R, int kStages>
+void launch_dp4a_stages(MmaGroup grp, int warps, cudaStream_t stream) {
+  // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
+  static const bool opted_in = [] {
+    return cudaFuncSetAttribute(dp4a_kernel<T, R, kStages>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                dp4a_smem_bytes<T, kStages>(kMaxSlices)) == cudaSuccess;
+  }();
+  SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
+  const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
+  launch(dp4a_kernel<T, R, kStages>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
+         dp4a_smem_bytes<T, kStages>(warps), stream, grp);  // 1 piece
 }
 
 template <DType T, int R>
 void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
-  // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
-  static const bool opted_in = [] {
-    return cudaFuncSetAttribute(dp4a_kernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                dp4a_smem_bytes<T>(kMaxSlices)) == cudaSuccess;
-  }();
-  SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
-  const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  launch(dp4a_kernel<T, R>, blocks, 32 * warps, dp4a_smem_bytes<T>(warps), stream, grp);  // 1 piece
+  if (dp4a_max_stages() <= 2) return launch_dp4a_stages<T, R, 2>(grp, warps, stream);
+  launch_dp4a_stages<T, R, 4>(grp, warps, stream);
 }
 
 template <DType T>
 void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
   const int n_rows = grp.m[0].n_rows;
-  const int warps = slices<T>(group_tiles(grp, 16), grp.m[0].n_in);
+  const Slices sl = slices<T>(group_tiles(grp, 16), grp.m[0].n_in);
+  const int warps = sl.warps;
+  grp.splits = sl.splits;
+  if (grp.splits > 1) {
+    SplitScratch* sc = find_split_scratch(stream);
+    if (sc == nullptr) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      SALVO_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+      SALVO_CHECK_MSG(capturing == cudaStreamCaptureStatusNone,
+                      "matmul: matmul_prepare(stream) must come before a graph capture");
+      matmul_prepare(stream);
+      sc = find_split_scratch(stream);
+    }
+    grp.partial = sc->partial.get<float>();
+    grp.counts = sc->counts.get<int>();
+    // A launch wider than the scratch's pieces runs in several (a row's arithmetic does not
+    // depend on its piece).
+    const int step = kSplitPieces * kMatmulMaxRows;
+    if (n_rows > step) {
+      for (int r0 = 0; r0 < n_rows; r0 += step) {
+        MmaGroup part = grp;
+        for (int i = 0; i < grp.n; ++i) {
+          MmaArgs& a = part.m[i];
+          a.xq += static_cast<int64_t>(r0) * a.n_in;
+          a.meta += r0;
+          a.y += static_cast<int64_t>(r0) * a.n_out;
+          a.n_rows = std::min(step, n_rows - r0);
+        }
+        launch_rows<T>(part, dp4a_rows, stream);
+      }
+      return;
+    }
+  }
   if (n_rows <= dp4a_rows) {
     if (n_rows <= 1) return launch_dp4a<T, 1>(grp, warps, stream);
     if (n_rows <= 2) return launch_dp4a<T, 2>(grp, warps, stream);
@@ -950,6 +1130,22 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
   constexpr int kBlock = 256;
   launch(quantize_kernel, static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream,
          x, n_rows, n_in, q, meta, meta_stride);
+}
+
+void matmul_prepare(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(split_mu);
+  std::unique_ptr<SplitScratch>& sc = split_scratches()[stream];
+  if (sc != nullptr) return;
+  sc = std::make_unique<SplitScratch>();
+  const size_t tiles = static_cast<size_t>(kSplitPieces) * max_split_tiles();
+  const Status st1 = sc->partial.reserve(tiles * kSplitTileFloats * sizeof(float));
+  const Status st2 = sc->counts.reserve(tiles * sizeof(int));
+  SALVO_CHECK_MSG(st1.ok() && st2.ok(), "matmul: no device memory for the split-k scratch");
+}
+
+void matmul_release(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(split_mu);
+  split_scratches().erase(stream);
 }
 
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream) {
