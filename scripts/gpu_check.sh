@@ -126,6 +126,9 @@ for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m gemma3-270m-sw32; do
   run "$model" none 96 --spec none && run "$model" ngram 96 --spec ngram &&
     same_ids "$model" none ngram || failures+=("spec invariant $model")
 done
+# A draft model (placed on the device beside its target; same qwen2 vocabulary).
+run qwen2.5-1.5b-q4_k_m draft 96 --spec draft --draft-model "$m/qwen2.5-0.5b-mixed.gguf" &&
+  same_ids qwen2.5-1.5b-q4_k_m none draft || failures+=("spec invariant draft model")
 
 log "DFlash on CUDA through the CLI (--spec dflash vs --spec none, random drafters)"
 for model in smollm2-135m-q4_1 qwen2.5-1.5b-q4_k_m; do
