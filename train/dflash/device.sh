@@ -61,12 +61,14 @@ if [ "${1:-}" = wait ]; then  # until every started run is done
   end=$((SECONDS + $2))
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
 fi
+# One run a call: a call returns at most 8 files, and two drafters' exports pass that (the 0.5B's
+# model alone is 2 pieces; a dropped file is not sent again).
 export_out() { # name tag
-  [ -f $W/$1.done ] && [ ! -f $W/$1.exported ] || return
+  [ -z "${exported_one:-}" ] && [ -f $W/$1.done ] && [ ! -f $W/$1.exported ] || return
   echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
   [ -f $W/out_$1/train_log.json ] || return
   (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json && cp reference.safetensors $OUT/$2_reference.safetensors &&
-    split -b 15M -d model.safetensors $OUT/$2_model.) && touch $W/$1.exported
+    split -b 15M -d model.safetensors $OUT/$2_model.) && touch $W/$1.exported && exported_one=1
 }
 export_out smollm2-135m s
 export_out qwen2.5-coder-1.5b q
