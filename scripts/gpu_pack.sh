@@ -12,8 +12,12 @@ out=${1:?usage: gpu_pack.sh OUT_DIR}
 models=${SALVO_MODELS:-$root/models}
 mkdir -p "$out"
 
-# Source: tracked and untracked-but-not-ignored files.
-(cd "$root" && git ls-files -co --exclude-standard -z | xargs -0 cp --parents -t "$out")
+# Source: tracked and untracked-but-not-ignored files, without drafters/ (~75 MB: a device call
+# carries at most 64 MiB, so a call that needs a drafter carries it on its own) and without
+# files the checkout lacks (drafters/ moved aside while pieces travel).
+(cd "$root" && git ls-files -co --exclude-standard -z -- . ':!drafters' |
+  while IFS= read -r -d '' f; do if [[ -e $f ]]; then printf '%s\0' "$f"; fi; done |
+  xargs -0 cp --parents -t "$out")
 
 deps=$out/deps
 mkdir -p "$deps/include" "$deps/cmake"
