@@ -578,18 +578,16 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
 // load instruction touch 32 rows with 2..16-byte pieces (L1-wavefront bound, the former version
 // of this kernel: no faster than mma). Instead each warp streams its units through shared
 // memory: per unit, the 32 rows' bytes are copied with 16-byte cp.async by consecutive lanes
-// (each row's piece is contiguous, so 8..15 lanes read one row's run), kStages - 1 units ahead,
+// (each row's piece is contiguous, so 8..15 lanes read one row's run), kDp4aStages - 1 units ahead,
 // and each lane then reads its own row's copy. A row's copy sits at a pitch of an odd number of
 // 16-byte granules, so the lanes' 16-byte reads (Q4_K, Q5_K) hit distinct banks; the 2-byte
 // aligned formats read aligned words and shift them into place. The warps run their pipelines
 // independently (no block barrier until the final sum).
 
-// Units per warp in shared memory (one computed, the others in flight): kStages of the kernel,
-// at most what 8 warps' stages leave of an SM's shared memory (Q6_K: 3). Two by default:
-// SALVO_DP4A_STAGES=4 (a short row's units all in flight at once, but half the blocks resident
-// per SM) measured slower on the H200 (session 13, tg128: random 1.5B shape 559 -> 519 tok/s,
-// 7B 270 -> 246).
-constexpr int kDp4aSmemBudget = 220 * 1024;
+// Units per warp in shared memory (one computed, one in flight). Four (a short row's units all
+// in flight at once, but 147 KB per 8-warp Q4_K block: one block per SM) measured slower on the
+// H200 (session 13, tg128: random 1.5B shape 559 -> 519 tok/s, 7B 270 -> 246).
+constexpr int kDp4aStages = 2;
 
 // Alignment of a block's first byte in global memory (rows start at multiples of it too).
 template <DType T>
@@ -609,15 +607,9 @@ constexpr int unit_pitch() {
   return 16 * (granules % 2 == 1 ? granules : granules + 1);
 }
 
-template <DType T, int kStages>
-constexpr int dp4a_stages() {
-  const int fit = kDp4aSmemBudget / (kMaxSlices * 32 * unit_pitch<T>());
-  return fit < kStages ? (fit < 2 ? 2 : fit) : kStages;
-}
-
-template <DType T, int kStages>
+template <DType T>
 constexpr int dp4a_smem_bytes(int warps) {
-  return warps * dp4a_stages<T, kStages>() * 32 * unit_pitch<T>();
+  return warps * kDp4aStages * 32 * unit_pitch<T>();
 }
 
 // A block's bytes in shared memory, as Fmt::load reads them through the ld_* overloads below
@@ -770,11 +762,10 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
   }
 }
 
-template <DType T, int R, int kMaxStages>
+template <DType T, int R>
 __global__ void __launch_bounds__(32 * kMaxSlices)
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
-  constexpr int kDp4aStages = dp4a_stages<T, kMaxStages>();
   constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
   constexpr int kUnitBytes = F::kUnit * F::kBytes;
   extern __shared__ uint4 dp4a_smem[];
@@ -924,10 +915,6 @@ int max_splits() {
   static const int n = std::min(env_knob("SALVO_MMA_SPLITS", kMaxSplits), kMaxSplits);
   return n;
 }
-int dp4a_max_stages() {
-  static const int n = env_knob("SALVO_DP4A_STAGES", 2);
-  return n;
-}
 // Tiles x splits of any launch with splits > 1 (what the scratch holds per piece).
 int max_split_tiles() { return warps_per_sm() * sm_count() / kMaxSlices; }
 
@@ -988,24 +975,17 @@ void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   launch(mma_kernel<T, NT>, grid, 32 * warps, 0, stream, grp);
 }
 
-template <DType T, int R, int kStages>
-void launch_dp4a_stages(MmaGroup grp, int warps, cudaStream_t stream) {
+template <DType T, int R>
+void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
   // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
   static const bool opted_in = [] {
-    return cudaFuncSetAttribute(dp4a_kernel<T, R, kStages>,
-                                cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                dp4a_smem_bytes<T, kStages>(kMaxSlices)) == cudaSuccess;
+    return cudaFuncSetAttribute(dp4a_kernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                dp4a_smem_bytes<T>(kMaxSlices)) == cudaSuccess;
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  launch(dp4a_kernel<T, R, kStages>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
-         dp4a_smem_bytes<T, kStages>(warps), stream, grp);  // 1 piece
-}
-
-template <DType T, int R>
-void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
-  if (dp4a_max_stages() <= 2) return launch_dp4a_stages<T, R, 2>(grp, warps, stream);
-  launch_dp4a_stages<T, R, 4>(grp, warps, stream);
+  launch(dp4a_kernel<T, R>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
+         dp4a_smem_bytes<T>(warps), stream, grp);  // 1 piece
 }
 
 template <DType T>
