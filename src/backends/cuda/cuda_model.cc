@@ -295,8 +295,7 @@ class CudaModel : public Model {
     }
     SALVO_RETURN_IF_ERROR(check_available());
     SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
-    matmul_prepare(stream_);  // before any graph capture on the stream
-    return Status();
+    return matmul_prepare(stream_);  // before any graph capture on the stream
   }
 
   Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {

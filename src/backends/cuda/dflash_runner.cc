@@ -174,7 +174,7 @@ class DeviceDflashRunner : public DflashRunner {
     const size_t n_parents = 1 + (D - 1) * K;
     const size_t n_vocab = d_->heads.output.n_out;
     SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
-    matmul_prepare(stream_);  // before the draft pass's graph capture
+    SALVO_RETURN_IF_ERROR(matmul_prepare(stream_));  // before the draft pass's graph capture
     SALVO_RETURN_IF_ERROR(x_init_.reserve(B * c.n_embd * f));
     SALVO_RETURN_IF_ERROR(x_.reserve(B * c.n_embd * f));
     SALVO_RETURN_IF_ERROR(h_.reserve(B * c.n_embd * f));

@@ -11,6 +11,7 @@
 
 #include "models/config.h"
 #include "quant/types.h"
+#include "util/status.h"
 
 namespace salvo::cuda {
 
@@ -84,7 +85,7 @@ void matmul(const MatmulParams& p, cudaStream_t stream);
 void matmul_mma(const MatmulParams& p, int dp4a_rows, cudaStream_t stream);
 // The split-k scratch of a stream (matmul_mma's narrow matrices): allocates, so call it before
 // capturing a graph on the stream (an uncaptured launch allocates it when first needed).
-void matmul_prepare(cudaStream_t stream);
+Status matmul_prepare(cudaStream_t stream);
 // Frees it (before the stream is destroyed).
 void matmul_release(cudaStream_t stream);
 // matmul_mma for up to 3 matrices of one type and width over the same activations (p.xq) in one

@@ -1001,7 +1001,8 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
       SALVO_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
       SALVO_CHECK_MSG(capturing == cudaStreamCaptureStatusNone,
                       "matmul: matmul_prepare(stream) must come before a graph capture");
-      matmul_prepare(stream);
+      const Status st = matmul_prepare(stream);
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
       sc = find_split_scratch(stream);
     }
     grp.partial = sc->partial.get<float>();
@@ -1112,15 +1113,15 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
          x, n_rows, n_in, q, meta, meta_stride);
 }
 
-void matmul_prepare(cudaStream_t stream) {
+Status matmul_prepare(cudaStream_t stream) {
   std::lock_guard<std::mutex> lock(split_mu);
-  std::unique_ptr<SplitScratch>& sc = split_scratches()[stream];
-  if (sc != nullptr) return;
-  sc = std::make_unique<SplitScratch>();
+  if (split_scratches().count(stream) > 0) return Status();
+  auto sc = std::make_unique<SplitScratch>();
   const size_t tiles = static_cast<size_t>(kSplitPieces) * max_split_tiles();
-  const Status st1 = sc->partial.reserve(tiles * kSplitTileFloats * sizeof(float));
-  const Status st2 = sc->counts.reserve(tiles * sizeof(int));
-  SALVO_CHECK_MSG(st1.ok() && st2.ok(), "matmul: no device memory for the split-k scratch");
+  SALVO_RETURN_IF_ERROR(sc->partial.reserve(tiles * kSplitTileFloats * sizeof(float)));
+  SALVO_RETURN_IF_ERROR(sc->counts.reserve(tiles * sizeof(int)));
+  split_scratches()[stream] = std::move(sc);
+  return Status();
 }
 
 void matmul_release(cudaStream_t stream) {
