@@ -273,18 +273,9 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams 
   // One split (any context under kKeysPerSplit): no partial, no count, no second pass over L2.
   if (kSkip && n_used == 1) return split_partial<kDim>(p, true);
   split_partial<kDim>(p, false);
-  // Every thread's partial writes are done (and visible device-wide) before the count.
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  const int n_splits = gridDim.z;
-  if (threadIdx.x == 0) {
-    int* count = p.split_counts + blockIdx.y * p.n_head + blockIdx.x;
-    last = atomicAdd(count, 1) == n_used - 1;
-    if (last) *count = 0;
+  if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x, n_used)) {
+    merge_splits(p, gridDim.z);
   }
-  __syncthreads();
-  if (last) merge_splits(p, n_splits);
 }
 
 // SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),

@@ -43,6 +43,22 @@ __device__ __forceinline__ void pdl_enter() {
   pdl_launch_dependents();
 }
 
+// For kernels whose blocks each write a partial result that one block then merges (attention's
+// splits, split-k matmuls): called by every thread of a block once its partial writes are
+// issued; true in the block that arrives last among `n` at `*count` (the others' writes are then
+// visible to it through L2: read them with __ldcg), which resets the count for the next launch.
+__device__ __forceinline__ bool last_to_arrive(int* count, int n) {
+  __threadfence();  // this block's writes are visible device-wide before it is counted
+  __syncthreads();
+  __shared__ bool last;
+  if (threadIdx.x == 0) {
+    last = atomicAdd(count, 1) == n - 1;
+    if (last) *count = 0;
+  }
+  __syncthreads();
+  return last;
+}
+
 // SALVO_CUDA_PDL=0 turns the attribute off (for A/B runs); it needs compute capability 9.0.
 inline bool pdl_enabled() {
   static const bool on = [] {

@@ -342,19 +342,10 @@ __device__ __forceinline__ float* split_tile(const MmaGroup& g, int split) {
 }
 
 // Called by every thread after the block wrote its sums to split_tile(g, blockIdx.z): true in
-// the block that arrives last (the other blocks' sums are then visible to it through L2,
-// read with __ldcg), which also resets the count for the next launch.
+// the block that arrives last at the tile's count.
 __device__ __forceinline__ bool split_arrive(const MmaGroup& g) {
-  __threadfence();
-  __syncthreads();
-  __shared__ bool last;
-  if (threadIdx.x == 0) {
-    int* count = g.counts + static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x;
-    last = atomicAdd(count, 1) == g.splits - 1;
-    if (last) *count = 0;
-  }
-  __syncthreads();
-  return last;
+  return last_to_arrive(g.counts + static_cast<int64_t>(blockIdx.y) * gridDim.x + blockIdx.x,
+                        g.splits);
 }
 
 // Value i of the tile: the splits' sums added in split order.
