@@ -23,7 +23,7 @@ inline constexpr int kMatmulMaxRows = 64;
 // 32-element block, int8 quants q = round(x / d) with d = max|x| / 127, and a Q8Meta. The
 // metadata is stored block-major ([n_in / 32][meta_stride]) so that the kernel reads the
 // entries of neighbouring rows together.
-struct Q8Meta {
+struct alignas(8) Q8Meta {
   float d;
   int16_t sum_lo, sum_hi;  // sums of the quants of elements [0, 16) and [16, 32) of the block
 };

@@ -161,12 +161,14 @@ MatmulVariant default_variant(DType type) {
 }
 
 // Rows up to which the integer variants run the dp4a GEMV instead of the tensor cores (the same
-// bits): kQ8 up to 8; kMma for one row where the GEMV measured faster on the H200 (7B layer, us at
-// 1 row, mma / dp4a: Q4_0 183 / 153, Q4_1 164 / 158, Q5_0 225 / 177, Q8_0 245 / 204, Q4_K 131 /
-// 131; but Q5_K 130 / 167, Q6_K 180 / 194). Two rows and more stay on mma (dp4a at 8 rows: 2.3x).
+// bits): kQ8 up to 8; kMma up to 2, where the GEMV measured faster on the H200 for every type
+// once its activation loads stopped waiting on a branch per row (session 14, cuda_matmul_bench,
+// 7B gate matrix, us at 1 / 2 rows, mma against dp4a: Q4_K 20.6 / 26.7 against 21.0 / 25.4,
+// Q5_K 29.2 against 22.5 / 29.3, Q6_K 59.4 / 60.7 against 32.5 / 42.9). From 4 rows on mma wins.
 int dp4a_rows_for(MatmulVariant v, DType type) {
+  (void)type;
   if (v == MatmulVariant::kQ8) return 8;
-  if (v == MatmulVariant::kMma && type != DType::kQ5_K && type != DType::kQ6_K) return 1;
+  if (v == MatmulVariant::kMma) return 2;
   return 0;
 }
 

@@ -271,6 +271,17 @@ __device__ __forceinline__ void fmt_step(const typename Fmt<T>::Raw& r, int s, i
   }
 }
 
+// One 8-byte load (two 4-byte loads as the struct is read field by field).
+__device__ __forceinline__ Q8Meta ld_meta(const Q8Meta* m) {
+  static_assert(sizeof(Q8Meta) == 8, "Q8Meta is one 8-byte word");
+  const uint2 v = *reinterpret_cast<const uint2*>(m);
+  Q8Meta r;
+  r.d = __uint_as_float(v.x);
+  r.sum_lo = static_cast<int16_t>(v.y & 0xFFFF);
+  r.sum_hi = static_cast<int16_t>(v.y >> 16);
+  return r;
+}
+
 // ---- mma -----------------------------------------------------------------------------------
 
 template <bool kSigned>
@@ -400,9 +411,11 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
     const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      const int rb = 8 * nt + g;  // the activation row of this lane's B fragment
+      // The activation row of this lane's B fragment. Rows past n_rows read the last row
+      // (unconditional loads, as in dp4a_block): their columns are never written.
+      const int rb = min(8 * nt + g, p.n_rows - 1);
       uint32_t b0 = 0, b1 = 0;
-      if (rb < p.n_rows) {
+      {
         const int8_t* xr = p.xq + static_cast<int64_t>(rb) * p.n_in + es;
         if constexpr (F::kK == 16) {
           b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
@@ -423,17 +436,15 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
       }
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
-        const int col = 8 * nt + 2 * t + j;  // the activation row of c[j] and c[2 + j]
-        float dx = 0.0f;
-        int xs = 0;
-        if (col < p.n_rows) {
-          const Q8Meta m = meta[col];
-          dx = m.d;
-          if constexpr (F::kK == 16) {
-            xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
-          } else {
-            xs = m.sum_lo + m.sum_hi;
-          }
+        // The activation row of c[j] and c[2 + j] (clamped like rb).
+        const int col = min(8 * nt + 2 * t + j, p.n_rows - 1);
+        const Q8Meta m = ld_meta(meta + col);
+        const float dx = m.d;
+        int xs;
+        if constexpr (F::kK == 16) {
+          xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
+        } else {
+          xs = m.sum_lo + m.sum_hi;
         }
         const float dxs = __fmul_rn(dx, static_cast<float>(xs));
 #pragma unroll
@@ -541,8 +552,22 @@ __device__ __forceinline__ void mma_tile(const MmaGroup& grp, const MmaArgs& p, 
   }
 }
 
+// Blocks of 8 warps per SM the register budget must allow. The unconditional activation loads
+// let the compiler hoist them, and uncapped Q4_K took 80 -> 102 registers at NT = 2 (two blocks
+// per SM instead of three). Measured on the H200 (session 14, cuda_matmul_bench, us, uncapped /
+// capped): Q4_K 16 rows 7B gate 53 / 38, down 57 / 49, 1.5B gate 15.6 / 12.8, q 5.8 / 8.2
+// (small matrices lose to the cap's spills, large ones gain more); 17 rows 7B gate 66 / 51;
+// Q6_K 17 rows 7B gate 114 / 85, but 16 rows 96 / 89 and 1.5B q 7.6 / 13.4 (660 bytes of
+// spills at NT = 2). The other types stay uncapped (not measured capped).
 template <DType T, int NT>
-__global__ void __launch_bounds__(32 * kMaxSlices)
+constexpr int mma_min_blocks() {
+  if constexpr (T == DType::kQ4_K) return NT <= 2 ? 3 : NT <= 4 ? 2 : 1;
+  if constexpr (T == DType::kQ6_K) return NT == 3 ? 2 : 1;
+  return 1;
+}
+
+template <DType T, int NT>
+__global__ void __launch_bounds__(32 * kMaxSlices, mma_min_blocks<T, NT>())
     mma_kernel(const __grid_constant__ MmaGroup grp) {
   int tile;
   const MmaArgs& p = group_part(grp, tile);
@@ -697,6 +722,12 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
   typename F::Raw raw[4];
 #pragma unroll
   for (int t = 0; t < 4; ++t) F::load(src, t, raw[t]);
+  // The block's activations: every row's loads are unconditional (a row past n_rows reads the
+  // last row; its sums are never written), so the compiler can issue them ahead of the dp4a
+  // chains. A branch per row (`if (r >= n_rows) break`) kept every step waiting on its own
+  // loads (ncu on the H200: most stalls were L1TEX scoreboard waits).
+  const int8_t* const xb = p.xq + static_cast<int64_t>(blk) * F::kElems;
+  const Q8Meta* const mb = p.meta + static_cast<int64_t>(blk) * (F::kElems / 32) * p.meta_stride;
 #pragma unroll
   for (int s = 0; s < F::kElems / F::kK; ++s) {
     const int es = blk * F::kElems + s * F::kK;
@@ -710,12 +741,12 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
         F::step(raw[t], s, lo[t], dw);
       }
     }
-    const Q8Meta* meta = p.meta + static_cast<int64_t>(es / 32) * p.meta_stride;
+    const Q8Meta* meta = mb + (s * F::kK / 32) * p.meta_stride;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      if (r >= p.n_rows) break;
+      const int rr = R == 1 ? 0 : min(r, p.n_rows - 1);
       // The same address in every lane of the warp (one broadcast load).
-      const int8_t* xr = p.xq + static_cast<int64_t>(r) * p.n_in + es;
+      const int8_t* xr = xb + static_cast<int64_t>(rr) * p.n_in + s * F::kK;
       int c = 0;
       if constexpr (F::kK == 16) {
         const uint4 v = *reinterpret_cast<const uint4*>(xr);
@@ -738,7 +769,7 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
           }
         }
       }
-      const Q8Meta m = meta[r];
+      const Q8Meta m = ld_meta(meta + rr);
       int xs;
       if constexpr (F::kK == 16) {
         xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
