@@ -623,9 +623,20 @@ constexpr int unit_pitch() {
   return 16 * (granules % 2 == 1 ? granules : granules + 1);
 }
 
-template <DType T>
+// A stage of a warp: the 32 rows' copies of one unit, then the unit's activations (R rows of
+// kUnit * kElems int8) and their Q8Meta ([32-element block][row]).
+template <DType T, int R>
+struct Dp4aStage {
+  static constexpr int kUnitElems = Fmt<T>::kUnit * Fmt<T>::kElems;
+  static constexpr int kWeightBytes = 32 * unit_pitch<T>();
+  static constexpr int kXBytes = R * kUnitElems;
+  static constexpr int kMetaBytes = R * (kUnitElems / 32) * static_cast<int>(sizeof(Q8Meta));
+  static constexpr int kBytes = kWeightBytes + kXBytes + kMetaBytes;
+};
+
+template <DType T, int R>
 constexpr int dp4a_smem_bytes(int warps) {
-  return warps * kDp4aStages * 32 * unit_pitch<T>();
+  return warps * kDp4aStages * Dp4aStage<T, R>::kBytes;
 }
 
 // A block's bytes in shared memory, as Fmt::load reads them through the ld_* overloads below
@@ -707,6 +718,15 @@ __device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
   const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
 }
+// Through L1 (.ca): every warp of an SM copies the same activations.
+__device__ __forceinline__ void cp_async16_ca(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async8(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(s), "l"(gmem));
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
 template <int kPending>
 __device__ __forceinline__ void cp_async_wait() {
@@ -714,20 +734,19 @@ __device__ __forceinline__ void cp_async_wait() {
 }
 
 // All kElems / kK steps of one weight block for the lane's output row, accumulated into acc[r]
-// for the R activation rows (the float steps of block_steps, column r).
+// for the R activation rows (the float steps of block_steps, column r). xb: the block's
+// activations in the stage (row r at xb + r * x_stride); mb: their Q8Meta (32-element block j,
+// row r at mb[j * R + r]).
 template <DType T, int R, class Src>
-__device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int blk,
-                                           float (&acc)[R]) {
+__device__ __forceinline__ void dp4a_block(const Src& src, int blk, const int8_t* xb, int x_stride,
+                                           const Q8Meta* mb, float (&acc)[R]) {
   using F = Fmt<T>;
   typename F::Raw raw[4];
 #pragma unroll
   for (int t = 0; t < 4; ++t) F::load(src, t, raw[t]);
-  // The block's activations: every row's loads are unconditional (a row past n_rows reads the
-  // last row; its sums are never written), so the compiler can issue them ahead of the dp4a
-  // chains. A branch per row (`if (r >= n_rows) break`) kept every step waiting on its own
-  // loads (ncu on the H200: most stalls were L1TEX scoreboard waits).
-  const int8_t* const xb = p.xq + static_cast<int64_t>(blk) * F::kElems;
-  const Q8Meta* const mb = p.meta + static_cast<int64_t>(blk) * (F::kElems / 32) * p.meta_stride;
+    // Every row's reads are unconditional (a row past n_rows holds a copy of the last row; its
+    // sums are never written), so the compiler can issue them ahead of the dp4a chains: a branch
+    // per row (`if (r >= n_rows) break`) kept every step waiting on its own loads.
 #pragma unroll
   for (int s = 0; s < F::kElems / F::kK; ++s) {
     const int es = blk * F::kElems + s * F::kK;
@@ -741,12 +760,11 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
         F::step(raw[t], s, lo[t], dw);
       }
     }
-    const Q8Meta* meta = mb + (s * F::kK / 32) * p.meta_stride;
+    const Q8Meta* meta = mb + (s * F::kK / 32) * R;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      const int rr = R == 1 ? 0 : min(r, p.n_rows - 1);
-      // The same address in every lane of the warp (one broadcast load).
-      const int8_t* xr = xb + static_cast<int64_t>(rr) * p.n_in + s * F::kK;
+      // The same address in every lane of the warp (one broadcast read).
+      const int8_t* xr = xb + r * x_stride + s * F::kK;
       int c = 0;
       if constexpr (F::kK == 16) {
         const uint4 v = *reinterpret_cast<const uint4*>(xr);
@@ -769,7 +787,7 @@ __device__ __forceinline__ void dp4a_block(const MmaArgs& p, const Src& src, int
           }
         }
       }
-      const Q8Meta m = ld_meta(meta + rr);
+      const Q8Meta m = meta[r];
       int xs;
       if constexpr (F::kK == 16) {
         xs = (es / 16) % 2 ? m.sum_hi : m.sum_lo;
@@ -790,6 +808,7 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   using F = Fmt<T>;
   constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
   constexpr int kUnitBytes = F::kUnit * F::kBytes;
+  using Stage = Dp4aStage<T, R>;
   extern __shared__ uint4 dp4a_smem[];
   int tile;
   const MmaArgs& p = group_part(grp, tile);
@@ -801,8 +820,8 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   // This warp's units: slice, slice + n_slices, ... (my_units of them).
   const int n_slices = n_warps * grp.splits, slice = my_slice(n_warps);
   const int my_units = slice < n_units ? (n_units - slice + n_slices - 1) / n_slices : 0;
-  uint8_t* const buf =
-      reinterpret_cast<uint8_t*>(dp4a_smem) + static_cast<size_t>(warp) * kDp4aStages * 32 * kPitch;
+  uint8_t* const buf = reinterpret_cast<uint8_t*>(dp4a_smem) +
+                       static_cast<size_t>(warp) * kDp4aStages * Stage::kBytes;
   // Rows past n_out (a partial last tile) copy the last row and are not written.
   const uint8_t* const w_tile = p.w + static_cast<int64_t>(tile) * 32 * p.row_bytes;
   const int rows_here = min(32, p.n_out - tile * 32);
@@ -810,11 +829,31 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   // Copies unit i of this warp (all 32 rows) into stage i % kDp4aStages: slot q = lane + 32 j
   // is granule q % kGranules of row q / kGranules, so consecutive lanes read consecutive
   // granules of a row. A row's piece spans the granules from its first byte's granule to its
-  // last byte's (the lead bytes before it and the tail after it are not read).
+  // last byte's (the lead bytes before it and the tail after it are not read). The unit's
+  // activations come in the same copy group: read from global memory in the loop, each step
+  // waited on its own loads (ncu on the H200: long-scoreboard stalls, ~2 warps a scheduler).
   auto stage = [&](int i) {
     const int u = slice + i * n_slices;
-    const int bytes = min(F::kUnit, n_blocks - u * F::kUnit) * F::kBytes;
-    uint8_t* const dst = buf + (i % kDp4aStages) * 32 * kPitch;
+    const int blocks = min(F::kUnit, n_blocks - u * F::kUnit);
+    const int bytes = blocks * F::kBytes;
+    uint8_t* const dst = buf + (i % kDp4aStages) * Stage::kBytes;
+    // Activation rows past n_rows copy the last row.
+    const int e0 = u * Stage::kUnitElems, elems = blocks * F::kElems;
+    int8_t* const x_dst = reinterpret_cast<int8_t*>(dst + Stage::kWeightBytes);
+#pragma unroll
+    for (int q = lane; q < R * (Stage::kUnitElems / 16); q += 32) {
+      const int r = q / (Stage::kUnitElems / 16), c = q % (Stage::kUnitElems / 16);
+      const int8_t* src = p.xq + static_cast<int64_t>(min(r, p.n_rows - 1)) * p.n_in + e0 + 16 * c;
+      if (16 * c < elems) cp_async16_ca(x_dst + r * Stage::kUnitElems + 16 * c, src);
+    }
+    Q8Meta* const m_dst = reinterpret_cast<Q8Meta*>(dst + Stage::kWeightBytes + Stage::kXBytes);
+#pragma unroll
+    for (int q = lane; q < R * (Stage::kUnitElems / 32); q += 32) {
+      const int j = q / R, r = q % R;
+      const Q8Meta* src =
+          p.meta + static_cast<int64_t>(e0 / 32 + j) * p.meta_stride + min(r, p.n_rows - 1);
+      if (32 * j < elems) cp_async8(m_dst + q, src);
+    }
 #pragma unroll
     for (int q = lane; q < 32 * kGranules; q += 32) {
       const int row = q / kGranules, g = q % kGranules;
@@ -845,7 +884,11 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     cp_async_wait<kDp4aStages - 1>();  // this lane's copies of unit i have landed
     __syncwarp();                      // and every lane's
     const int u = slice + i * n_slices;
-    const uint8_t* const row_copy = buf + (i % kDp4aStages) * 32 * kPitch + lane * kPitch;
+    const uint8_t* const stage_i = buf + (i % kDp4aStages) * Stage::kBytes;
+    const uint8_t* const row_copy = stage_i + lane * kPitch;
+    const int8_t* const x_copy = reinterpret_cast<const int8_t*>(stage_i + Stage::kWeightBytes);
+    const Q8Meta* const m_copy =
+        reinterpret_cast<const Q8Meta*>(stage_i + Stage::kWeightBytes + Stage::kXBytes);
     // Byte offset of the unit's first byte within its first granule.
     const int lead = static_cast<int>(
         reinterpret_cast<uintptr_t>(w_tile + my_row + static_cast<int64_t>(u) * kUnitBytes) & 15);
@@ -853,13 +896,16 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     for (int b = 0; b < F::kUnit; ++b) {
       const int blk = u * F::kUnit + b;
       if (blk >= n_blocks) break;
+      const int8_t* const xb = x_copy + b * F::kElems;
+      const Q8Meta* const mb = m_copy + b * (F::kElems / 32) * R;
       if constexpr (block_align<T>() == 16) {
-        dp4a_block<T, R>(p, SmemBlock16<F::kBytes>(row_copy + b * F::kBytes), blk, acc);
+        dp4a_block<T, R>(SmemBlock16<F::kBytes>(row_copy + b * F::kBytes), blk, xb,
+                         Stage::kUnitElems, mb, acc);
       } else {
         const int at = lead + b * F::kBytes;  // the block's first byte in row_copy
         const SmemWords src{reinterpret_cast<const uint32_t*>(row_copy) + at / 4,
                             static_cast<uint32_t>(8 * (at % 4)), 0};
-        dp4a_block<T, R>(p, src, blk, acc);
+        dp4a_block<T, R>(src, blk, xb, Stage::kUnitElems, mb, acc);
       }
     }
   }
@@ -1002,12 +1048,12 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
   // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
   static const bool opted_in = [] {
     return cudaFuncSetAttribute(dp4a_kernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                dp4a_smem_bytes<T>(kMaxSlices)) == cudaSuccess;
+                                dp4a_smem_bytes<T, R>(kMaxSlices)) == cudaSuccess;
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
   launch(dp4a_kernel<T, R>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
-         dp4a_smem_bytes<T>(warps), stream, grp);  // 1 piece
+         dp4a_smem_bytes<T, R>(warps), stream, grp);  // 1 piece
 }
 
 template <DType T>
