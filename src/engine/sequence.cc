@@ -262,7 +262,8 @@ bool Sequence::top_logits_suffice(int k) const {
   return sampler_->top_logits_suffice(k);
 }
 
-void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden) {
+void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden,
+                           bool warmup) {
   SALVO_CHECK(active());
   GenerationStats& stats = result_.stats;
   if (phase_ == Phase::kPrefill) {
@@ -301,13 +302,15 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
                   .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
                   .tokens_emitted = n_accepted + 1,
                   .context = pass_context_,
-                  .chain = pass_chain_});
+                  .chain = pass_chain_,
+                  .warmup = warmup});
   if (spec_trace()) {
     std::fprintf(stderr,
-                 "spec trace: rows %d depth %d %s pass %.3f ms draft %.3f ms accepted %d | "
+                 "spec trace: rows %d depth %d %s pass %.3f ms%s draft %.3f ms accepted %d | "
                  "plain %.3f ms drafting %d\n",
                  pass_rows_, tree_.max_depth(), pass_chain_ ? "chain" : "tree", pass_ms,
-                 pass_draft_ms_, n_accepted, policy_.plain_ms(), policy_.drafting() ? 1 : 0);
+                 warmup ? " (warm-up)" : "", pass_draft_ms_, n_accepted, policy_.plain_ms(),
+                 policy_.drafting() ? 1 : 0);
   }
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();

@@ -130,7 +130,10 @@ class Sequence {
   // `pass_ms`: the time of that pass (what the speculation policy weighs drafting against).
   // `hidden`: the whole batch's hidden states when it asked for them
   // ([batch rows, hidden_layers.size() * n_embd]); the sequence reads its own rows.
-  void finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden = {});
+  // `warmup`: the pass also did one-time work (Model::last_pass_was_warmup), so the policy does
+  // not take its time as the cost of that shape.
+  void finish_pass(const LogitRows& rows, double pass_ms, std::span<const float> hidden = {},
+                   bool warmup = false);
   void finish_pass(std::span<const float> logits, double pass_ms,
                    std::span<const float> hidden = {}) {
     finish_pass(LogitRows{.logits = logits, .argmax = {}}, pass_ms, hidden);

@@ -32,7 +32,8 @@ Expected<GenerationResult> Session::generate(const GenerateRequest& request,
     const LogitRows rows = output_.rows(0, output_.n_rows());
     sequence_.finish_pass(
         rows, std::chrono::duration<double, std::milli>(Clock::now() - pass_start).count(),
-        batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_));
+        batch_.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden_),
+        model_.last_pass_was_warmup());
   }
   return sequence_.take_result();
 }

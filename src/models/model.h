@@ -59,6 +59,10 @@ class Model {
   // logits); on the CPU the sampler reads the logits where they are.
   virtual bool selects_top_logits() const { return false; }
 
+  // Whether the last forward pass also did one-time work for its shape (a device backend
+  // capturing a CUDA graph), so that its time is not what the next pass of that shape costs.
+  virtual bool last_pass_was_warmup() const { return false; }
+
   // Whether forward() can return hidden states (batch.hidden_layers).
   virtual bool returns_hidden_states() const { return true; }
   // The token embedding table and the LM head ([n_vocab, n_embd] each) for drafters that share

@@ -221,7 +221,8 @@ void Scheduler::run() {
       const LogitRows rows = output.rows(static_cast<int>(offset), slot.logit_rows);
       slot.sequence->finish_pass(
           rows, pass_ms,
-          batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden));
+          batch.hidden_layers.empty() ? std::span<const float>() : std::span<const float>(hidden),
+          engine_.model().last_pass_was_warmup());
       offset += slot.logit_rows;
       if (slot.sequence->done()) finalize(slot);
     }

@@ -59,6 +59,9 @@ struct PassRecord {
   int tokens_emitted = 1;  // accepted + the bonus token
   int context = 0;         // committed tokens of the sequence before the pass
   bool chain = false;      // the size asked for was a chain (budget == depth)
+  // The pass did one-time work besides its rows (Model::last_pass_was_warmup: a CUDA graph
+  // captured for a new shape), so its time says nothing about the next pass of that shape.
+  bool warmup = false;
 };
 
 class SpecPolicy {

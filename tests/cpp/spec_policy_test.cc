@@ -275,6 +275,43 @@ TEST(SpecPolicyTest, ColdFirstPassOfAShapeDoesNotStopTrees) {
   EXPECT_GT(*std::max_element(g_depths.begin(), g_depths.end()), 4);
 }
 
+// A pass flagged as warm-up (Model::last_pass_was_warmup: a CUDA graph captured for another
+// shape of its row count, the logits form or the hidden layers) does not move that count's
+// figure, one row included. Session 14 on the H200: a second 4-row pass captured at 2.98 ms
+// against 1.9 ms, and the one-row pass after a drafted stretch at 2.4 against 1.3.
+TEST(SpecPolicyTest, WarmupPassTimesAreNotKept) {
+  SpecPolicy policy;
+  for (int i = 0; i < 4; ++i) policy.record({.rows = 1, .pass_ms = 1.3});
+  for (int i = 0; i < 4; ++i) {
+    policy.record({.rows = 4,
+                   .pass_ms = 1.9,
+                   .tree_depth = 3,
+                   .accepted = 3,
+                   .tested = 3,
+                   .tokens_emitted = 4});
+  }
+  const double four = policy.pass_ms(4), one = policy.pass_ms(1);
+  EXPECT_NEAR(four, 1.9, 1e-9);
+  policy.record({.rows = 4,
+                 .pass_ms = 3.0,
+                 .tree_depth = 3,
+                 .accepted = 3,
+                 .tested = 3,
+                 .tokens_emitted = 4,
+                 .warmup = true});
+  policy.record({.rows = 1, .pass_ms = 2.4, .warmup = true});
+  EXPECT_NEAR(policy.pass_ms(4), four, 1e-9);
+  EXPECT_NEAR(policy.pass_ms(1), one, 1e-9);
+  // The same times unflagged are measurements.
+  policy.record({.rows = 4,
+                 .pass_ms = 3.0,
+                 .tree_depth = 3,
+                 .accepted = 3,
+                 .tested = 3,
+                 .tokens_emitted = 4});
+  EXPECT_GT(policy.pass_ms(4), four + 0.1);
+}
+
 // A DFlash drafter's block pass costs the same at every depth (here 0.4 of a target pass, as
 // on the H200): the policy learns that from the depths it tries and drafts deep, where charging
 // the cost per level (as before) kept the trees at a few levels.

@@ -130,6 +130,7 @@ class CudaModel : public Model {
  public:
   const char* backend_name() const override { return "cuda"; }
   size_t peak_device_bytes() const override { return DeviceBytes::peak_bytes(); }
+  bool last_pass_was_warmup() const override { return warmup_; }
 
   // The device token embedding and LM head, for a drafter that shares them.
   const DeviceHeads& heads() const { return heads_; }
@@ -260,8 +261,10 @@ class CudaModel : public Model {
     const std::vector<int32_t> no_layers;
     const std::vector<int32_t>& hidden_layers = hidden != nullptr ? batch.hidden_layers : no_layers;
     DeviceKvCache* dev_kv = attach_cache(kv);
+    warmup_ = false;
     if (prepare_scratch(n, n_logits, kv.n_seq(), kv.capacity(), hidden_layers.size())) {
       clear_graphs();
+      warmup_ = true;
     }
     upload_batch(batch, kv);
 
@@ -271,6 +274,7 @@ class CudaModel : public Model {
       auto it = graphs_.find(key);
       if (it == graphs_.end()) {
         cudaGraph_t graph;
+        warmup_ = true;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
         enqueue_pass(n, n_logits, kv.n_seq(), *dev_kv, hidden_layers);
         SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
@@ -581,6 +585,7 @@ class CudaModel : public Model {
   PinnedBuffer logits_host_, meta_host_, hidden_host_, argmax_host_, top_ids_host_,
       top_values_host_;
   bool use_graphs_ = true;
+  bool warmup_ = false;  // the last pass captured a graph or grew the scratch
   // SALVO_CUDA_SKIP: kernel classes left out of the llama pass, comma-separated (norm, qkv, rope,
   // attn, wo, gateup, act, down, head). A graph step's time minus the time without a class is
   // what that class costs in the pipeline (with PDL overlap), which ncu's one-kernel-at-a-time
