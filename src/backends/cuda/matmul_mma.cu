@@ -271,7 +271,7 @@ __device__ __forceinline__ void fmt_step(const typename Fmt<T>::Raw& r, int s, i
   }
 }
 
-// One 8-byte load (two 4-byte loads as the struct is read field by field).
+// A Q8Meta as one 8-byte load (read field by field, it took two 4-byte loads).
 __device__ __forceinline__ Q8Meta ld_meta(const Q8Meta* m) {
   static_assert(sizeof(Q8Meta) == 8, "Q8Meta is one 8-byte word");
   const uint2 v = *reinterpret_cast<const uint2*>(m);
@@ -414,19 +414,17 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
       // The activation row of this lane's B fragment. Rows past n_rows read the last row
       // (unconditional loads, as in dp4a_block): their columns are never written.
       const int rb = min(8 * nt + g, p.n_rows - 1);
+      const int8_t* xr = p.xq + static_cast<int64_t>(rb) * p.n_in + es;
       uint32_t b0 = 0, b1 = 0;
-      {
-        const int8_t* xr = p.xq + static_cast<int64_t>(rb) * p.n_in + es;
-        if constexpr (F::kK == 16) {
-          b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
-        } else if constexpr (F::kPair8) {
-          const uint2 v = *reinterpret_cast<const uint2*>(xr + 8 * t);
-          b0 = v.x;
-          b1 = v.y;
-        } else {
-          b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
-          b1 = *reinterpret_cast<const uint32_t*>(xr + 16 + 4 * t);
-        }
+      if constexpr (F::kK == 16) {
+        b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
+      } else if constexpr (F::kPair8) {
+        const uint2 v = *reinterpret_cast<const uint2*>(xr + 8 * t);
+        b0 = v.x;
+        b1 = v.y;
+      } else {
+        b0 = *reinterpret_cast<const uint32_t*>(xr + 4 * t);
+        b1 = *reinterpret_cast<const uint32_t*>(xr + 16 + 4 * t);
       }
       int c[4] = {0, 0, 0, 0};
       if constexpr (F::kK == 16) {
