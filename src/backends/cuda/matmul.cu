@@ -165,8 +165,7 @@ MatmulVariant default_variant(DType type) {
 // once its activation loads stopped waiting on a branch per row (session 14, cuda_matmul_bench,
 // 7B gate matrix, us at 1 / 2 rows, mma against dp4a: Q4_K 20.6 / 26.7 against 21.0 / 25.4,
 // Q5_K 29.2 against 22.5 / 29.3, Q6_K 59.4 / 60.7 against 32.5 / 42.9). From 4 rows on mma wins.
-int dp4a_rows_for(MatmulVariant v, DType type) {
-  (void)type;
+int dp4a_rows_for(MatmulVariant v) {
   if (v == MatmulVariant::kQ8) return 8;
   if (v == MatmulVariant::kMma) return 2;
   return 0;
@@ -202,7 +201,7 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
   const MatmulVariant v = resolve_variant(p.variant, p.type);
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
-    const int dp4a_rows = dp4a_rows_for(v, p.type);
+    const int dp4a_rows = dp4a_rows_for(v);
     if (p.xq.q != nullptr) return matmul_mma(p, dp4a_rows, stream);
     Scratch& s = scratch();
     std::lock_guard<std::mutex> lock(s.mu);
@@ -235,8 +234,7 @@ void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
     for (int i = 0; i < n_parts; ++i) matmul(parts[i], stream);
     return;
   }
-  const int dp4a_rows =
-      dp4a_rows_for(resolve_variant(parts[0].variant, parts[0].type), parts[0].type);
+  const int dp4a_rows = dp4a_rows_for(resolve_variant(parts[0].variant, parts[0].type));
   matmul_mma_group(parts, n_parts, dp4a_rows, stream);
 }
 
