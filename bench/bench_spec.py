@@ -86,16 +86,22 @@ def load_prompts(path: pathlib.Path, limit: int, max_tokens: int | None) -> list
 
 def spec_flags(mode: str, drafter: str | None) -> list[str]:
     """`--spec` and its companions for a mode name (dflash:TREE:BUDGET, auto:BUDGET:DEPTH included)."""
+    # auto drafts with the given drafter too: without it salvo looks for the model's drafter
+    # beside its own source or install, which a GPU machine's copy lacks (sessions 14-15 measured
+    # auto there with the n-gram drafter).
+    with_drafter = ["--drafter", drafter] if drafter else []
     if mode.startswith("auto:"):
         _, budget, depth = mode.split(":")
-        return ["--spec", "auto", "--spec-budget", budget, "--spec-depth", depth]
+        return ["--spec", "auto", "--spec-budget", budget, "--spec-depth", depth, *with_drafter]
+    if mode == "auto":
+        return ["--spec", "auto", *with_drafter]
     if not mode.startswith("dflash"):
         return ["--spec", mode]
     parts = mode.split(":")
     tree = parts[1] if len(parts) > 1 else "auto"
     budget = parts[2] if len(parts) > 2 else "16"
     flags = ["--spec", "dflash", "--spec-tree", tree, "--spec-budget", budget, "--spec-depth", "15"]
-    return flags + (["--drafter", drafter] if drafter else [])
+    return flags + with_drafter
 
 
 def run_salvo(salvo: str, model: str, draft: str | None, mode: str, prompts: list[dict],

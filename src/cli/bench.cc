@@ -34,6 +34,8 @@ struct BenchOptions {
   int threads = 0;
   std::string device = "cpu";
   bool verify = false;
+  // 9 and 17: an 8- or 16-node tree with its root (on CUDA, one 8-row mma tile more than 8/16).
+  std::vector<int> verify_rows = {1, 2, 4, 8, 9, 16, 17, 24, 32, 64};
   bool json = false;
 };
 
@@ -176,7 +178,7 @@ void bench(const BenchOptions& o) {
     }
     kv.commit_prefix(0, kContext);
     const bool top = c.n_vocab >= kTopLogits;
-    for (int k : {1, 2, 4, 8, 16, 17, 24, 32, 64}) {
+    for (int k : o.verify_rows) {
       const int reps = 10 * o.reps;
       verify_ms.push_back({k, time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kArgmax),
                            top ? time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kTop) : 0.0,
@@ -268,6 +270,12 @@ void add_bench_command(CLI::App& app) {
   add_device_option(cmd, o->device);
   cmd->add_flag("--verify", o->verify,
                 "also time k-row verification passes (k = 1..64) at a 512-token context");
+  // A profile of one shape (e.g. `--verify-rows 16` under nsys) times only the passes asked for;
+  // the first is the ratios' base.
+  cmd->add_option("--verify-rows", o->verify_rows,
+                  "the k of --verify's passes (default 1,2,4,8,9,16,17,24,32,64)")
+      ->delimiter(',')
+      ->check(CLI::Range(1, 64));
   cmd->add_flag("--json", o->json, "print JSON");
   cmd->callback([o] { bench(*o); });
 }
