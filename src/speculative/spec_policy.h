@@ -97,6 +97,7 @@ class SpecPolicy {
  private:
   static constexpr double kAlpha = 0.25;       // EMA weight of the newest pass
   static constexpr double kPlainAlpha = 0.5;   // ... of the newest one-row pass
+  static constexpr double kRateAlpha = 0.125;  // ... of the newest drafted pass's tokens and time
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
@@ -127,8 +128,15 @@ class SpecPolicy {
   // the new text's first kNewTextGrace drafted passes are not judged.
   static constexpr double kCarriedAcceptance = 0.02;
   static constexpr int kNewTextGrace = 2;
+  // An episode's first kMinJudgedPasses - 1 judged passes keep drafting on a near miss (a rate
+  // at least kNearMiss of the one that pays) unless they lost more than kUndecidedLoss one-row
+  // passes: one pass is a poor sample of acceptance.
+  static constexpr int kMinJudgedPasses = 4;
+  static constexpr double kNearMiss = 0.8;
+  static constexpr double kUndecidedLoss = 2.0;
 
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
+  void start_episode();  // a probe or a new text: the episode's accounts start from nothing
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.
   std::vector<double> acceptance_curve(int depth, bool chain) const;
   // Whether the count's figure was kept within the last kStalePasses recorded passes.
@@ -147,8 +155,11 @@ class SpecPolicy {
   bool draft_measured() const;
   std::vector<double> draft_ms_by_depth_;  // [depth] steady-state EMA; < 0 = not measured
   double nodes_per_level_[2] = {0, 0};     // [chain]; 0 = not measured
-  double drafted_rate_ = 0;                // EMA of tokens per ms of drafted passes
-  bool previous_plain_ = true;             // the last recorded pass had one row
+  // Tokens per ms of drafted passes: EMAs of their tokens and of their time (a ratio of EMAs:
+  // an EMA of each pass's rate let one pass that yields a single token weigh too much).
+  double drafted_rate_ = 0;
+  double drafted_tokens_ = 0, drafted_ms_ = 0;
+  bool previous_plain_ = true;  // the last recorded pass had one row
   bool drafting_ = true;
   int plain_passes_since_probe_ = 0;
   int drafted_since_plain_ = 0;
@@ -156,6 +167,8 @@ class SpecPolicy {
   // Time the current drafting episode lost against plain passes (negative: gained), with the
   // drafter's actual time, catch-up included.
   double episode_loss_ms_ = 0;
+  int episode_passes_ = 0;  // judged drafted passes of the episode
+  double episode_tokens_ = 0, episode_ms_ = 0;
   double probe_cost_ms_ = 0;          // what the last failed episode lost, catch-up aside
   double catch_up_ms_per_token_ = 0;  // the drafter's catch-up per plain pass it missed
   // Time all drafted passes saved against plain passes, catch-up included (negative: lost).

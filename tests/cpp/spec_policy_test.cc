@@ -312,6 +312,66 @@ TEST(SpecPolicyTest, WarmupPassTimesAreNotKept) {
   EXPECT_GT(policy.pass_ms(4), four + 0.1);
 }
 
+// Session 15 on the H200 (real Qwen2.5-Coder-1.5B, code, its DFlash drafter): the first
+// drafted pass captured its graph and carried the drafter's catch-up; the second, the first
+// judged, yielded 2 tokens for 1.9 + 0.62 ms against a 1.32 ms plain pass, 1% short of the
+// margin, and the policy decoded plain from then on. One pass decides nothing now: the episode
+// goes on, and with the acceptance fixed trees see on code the policy keeps drafting.
+TEST(SpecPolicyTest, OneShortPassDoesNotStopAnEpisode) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 2.62, .warmup = true});
+  policy.record({.rows = 1, .pass_ms = 1.32});
+  DraftSize size = policy.next(8, 15);
+  ASSERT_TRUE(size.drafting());
+  policy.record({.rows = 4,
+                 .pass_ms = 4.86,
+                 .draft_ms = 3.13,
+                 .tree_depth = 3,
+                 .accepted = 3,
+                 .tested = 3,
+                 .tokens_emitted = 4,
+                 .context = 60,
+                 .chain = true,
+                 .warmup = true});
+  policy.record({.rows = 4,
+                 .pass_ms = 1.9,
+                 .draft_ms = 0.62,
+                 .tree_depth = 3,
+                 .accepted = 1,
+                 .tested = 2,
+                 .tokens_emitted = 2,
+                 .context = 64,
+                 .chain = true});
+  EXPECT_TRUE(policy.drafting());
+  // The same backend from here: a 1.32 ms pass, 0.1 of it per extra row, the block pass 0.62
+  // ms at any depth, trees accepting 0.7 per depth.
+  simulate(policy, 8, 15, /*accept=*/0.7, /*base=*/1.32, /*per_row=*/0.1, /*draft=*/0,
+           /*width=*/2, /*passes=*/200, /*chain_accept=*/0.6, /*draft_fixed=*/0.62);
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_GT(g_depths.size(), 150u);
+  EXPECT_GT(policy.expected_rate(policy.best_size(8, 15)), 1.1 * policy.expected_rate({}));
+}
+
+// The other side of that patience: passes that lose outright (nothing accepted, a dear drafter)
+// end the episode at once, as before.
+TEST(SpecPolicyTest, AnEpisodeThatLosesOutrightStopsEarly) {
+  SpecPolicy policy;
+  for (int i = 0; i < 2; ++i) policy.record({.rows = 1, .pass_ms = 10});
+  for (int i = 0; i < 3 && policy.drafting(); ++i) {
+    const DraftSize size = policy.next(16, 8);
+    ASSERT_TRUE(size.drafting());
+    policy.record({.rows = 1 + size.budget,
+                   .pass_ms = 12,
+                   .draft_ms = 20,
+                   .tree_depth = size.depth,
+                   .accepted = 0,
+                   .tested = 1,
+                   .tokens_emitted = 1,
+                   .context = 50 + i});
+  }
+  EXPECT_FALSE(policy.drafting());
+}
+
 // A DFlash drafter's block pass costs the same at every depth (here 0.4 of a target pass, as
 // on the H200): the policy learns that from the depths it tries and drafts deep, where charging
 // the cost per level (as before) kept the trees at a few levels.
