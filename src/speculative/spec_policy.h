@@ -179,6 +179,7 @@ class SpecPolicy {
   // kept until a steady-state draft cost separates its catch-up part.
   double first_draft_ms_ = 0;
   int first_depth_ = 0, first_missed_ = 0;
+  bool first_warmup_ = false;        // ... and its target pass was a warm-up
   double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
   int new_text_grace_ = 0;           // drafted passes of a new text not judged yet
 };

@@ -352,6 +352,52 @@ TEST(SpecPolicyTest, OneShortPassDoesNotStopAnEpisode) {
   EXPECT_GT(policy.expected_rate(policy.best_size(8, 15)), 1.1 * policy.expected_rate({}));
 }
 
+// The same session's first drafted pass also ran the DFlash drafter's one-time work (3.3 ms
+// against 0.6 later): taken for a catch-up over the 40-token prompt, it made every later probe
+// look dearer than the probe share allows, and after one failed episode the policy decoded 179
+// plain passes to the end. A warm-up pass teaches no catch-up: the probes come back.
+TEST(SpecPolicyTest, WarmupDraftTimeIsNoCatchUp) {
+  SpecPolicy policy;
+  policy.record({.rows = 1, .pass_ms = 2.7, .warmup = true});
+  policy.record({.rows = 1, .pass_ms = 1.31});
+  ASSERT_TRUE(policy.next(8, 15).drafting());
+  policy.record({.rows = 4,
+                 .pass_ms = 4.9,
+                 .draft_ms = 3.3,
+                 .tree_depth = 3,
+                 .accepted = 3,
+                 .tested = 3,
+                 .tokens_emitted = 4,
+                 .context = 40,
+                 .chain = true,
+                 .warmup = true});
+  // Then nothing accepted: the episode stops.
+  for (int i = 0; i < 6 && policy.drafting(); ++i) {
+    const DraftSize size = policy.next(8, 15);
+    if (!size.drafting()) {
+      policy.record({.rows = 1, .pass_ms = 1.31, .context = 44 + i});
+      continue;
+    }
+    policy.record({.rows = 1 + size.budget,
+                   .pass_ms = 2.2,
+                   .draft_ms = 0.6,
+                   .tree_depth = size.depth,
+                   .accepted = 0,
+                   .tested = 1,
+                   .tokens_emitted = 1,
+                   .context = 44 + i});
+  }
+  ASSERT_FALSE(policy.drafting());
+  int plain = 0;
+  while (plain < 200 && !policy.next(8, 15).drafting()) {
+    policy.record({.rows = 1, .pass_ms = 1.31, .context = 50 + plain});
+    ++plain;
+  }
+  // A failed probe costs ~1.5 ms, which the probe share (1.5% of plain time) allows every ~76
+  // plain passes.
+  EXPECT_LT(plain, 100);
+}
+
 // The other side of that patience: passes that lose outright (nothing accepted, a dear drafter)
 // end the episode at once, as before.
 TEST(SpecPolicyTest, AnEpisodeThatLosesOutrightStopsEarly) {
