@@ -572,6 +572,58 @@ TEST(SpecPolicyTest, DraftingThatNeverPaysCostsAtMostAFewPercent) {
   }
 }
 
+// The same promise for a DFlash drafter on a CPU, request after request (new_text() each): the
+// draft costs a third of a pass plus a quarter per level, rows cost 0.18 of a pass each, and
+// nothing deep is ever accepted. Each text's first drafted passes and the probes stay within a
+// few percent.
+TEST(SpecPolicyTest, RequestsWhereDraftingNeverPaysCostAFewPercent) {
+  for (int tokens : {128, 1000}) {
+    for (double accept : {0.2, 0.45}) {
+      SpecPolicy policy;
+      const double base = 6.0;
+      double total_ms = 0;
+      int cycle = 0;
+      for (int text = 0; text < 10; ++text) {
+        if (text > 0) policy.new_text();
+        int generated = 0, missed = 40;  // the prompt
+        while (generated < tokens) {
+          const DraftSize size = policy.next(16, 8);
+          if (!size.drafting()) {
+            policy.record({.rows = 1, .pass_ms = base, .context = 40 + generated});
+            total_ms += base;
+            ++generated;
+            ++missed;
+            continue;
+          }
+          const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
+          int accepted = 0;
+          double reach = 1;
+          while (accepted < size.depth && reach * accept > u) {
+            reach *= accept;
+            ++accepted;
+          }
+          const int rows = 1 + std::min(size.budget, 2 * size.depth);
+          const PassRecord pass{.rows = rows,
+                                .pass_ms = pass_cost(rows, base, 0.18),
+                                .draft_ms = 2.0 + 1.5 * size.depth + 0.05 * missed,
+                                .tree_depth = size.depth,
+                                .accepted = accepted,
+                                .tested = std::min(size.depth, accepted + 1),
+                                .tokens_emitted = accepted + 1,
+                                .context = 40 + generated,
+                                .chain = SpecPolicy::is_chain(size)};
+          policy.record(pass);
+          total_ms += pass.pass_ms + pass.draft_ms;
+          generated += pass.tokens_emitted;
+          missed = 0;
+        }
+      }
+      // Session 15: 1.0-1.9% for this policy and the one before it.
+      EXPECT_LE(total_ms / (10 * tokens * base), 1.03) << tokens << " tokens, accept " << accept;
+    }
+  }
+}
+
 // Where it pays, the policy keeps drafting.
 TEST(SpecPolicyTest, DraftingThatPaysIsKept) {
   bool drafting = false;
