@@ -15,6 +15,19 @@ double pass_cost(int rows, double base, double per_row) {
   return base * (1 + per_row * (rows - 1));
 }
 
+// Depths accepted by a draft `depth` deep when each is accepted with probability `accept`, as a
+// quantile draw without randomness: u runs over (0, 1) in a fixed cycle (advanced here).
+int draw_accepted(double accept, int depth, int& cycle) {
+  const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
+  int accepted = 0;
+  double reach = 1;
+  while (accepted < depth && reach * accept > u) {
+    reach *= accept;
+    ++accepted;
+  }
+  return accepted;
+}
+
 // Feeds `passes` plain passes, then drafted passes of the size the policy asks for, where each
 // depth of a tree is accepted with probability `accept` and each depth of a chain with
 // `chain_accept` (default: accept - 0.1; deterministically: accepted while the running product
@@ -49,14 +62,7 @@ double simulate(SpecPolicy& policy, int max_budget, int max_depth, double accept
     chains += chain;
     const double p = chain ? chain_accept : accept;
     const int nodes = std::min(size.budget, static_cast<int>(width * size.depth));
-    // Quantile draw without randomness: u runs over (0, 1) in a fixed cycle.
-    const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
-    int accepted = 0;
-    double reach = 1;
-    while (accepted < size.depth && reach * p > u) {
-      reach *= p;
-      ++accepted;
-    }
+    const int accepted = draw_accepted(p, size.depth, cycle);
     const int rows = 1 + nodes;
     g_rows.push_back(rows);
     policy.record({.rows = rows,
@@ -506,67 +512,78 @@ TEST(SpecPolicyTest, CatchUpAfterPlainPassesDoesNotCountAsDraftCost) {
   EXPECT_GT(policy.expected_rate(policy.best_size(16, 8)), policy.expected_rate({}));
 }
 
-// Generates `tokens` tokens with a draft model (each level costs `draft_per_level` ms, and the
-// first drafted pass after plain ones runs every missed token at `catch_up_per_token` ms, the
-// prompt included) on text whose acceptance per depth changes at the given token counts; returns
-// the total time over the time of plain decoding.
+// A backend and drafter for time_against_plain: a k-row pass costs pass_cost(k, base, per_row);
+// a draft costs draft_fixed + draft_per_level per level, and the first drafted pass after plain
+// ones (the prompt's included) also runs every missed token at catch_up_per_token ms. width 0:
+// the drafter proposes chains (a draft model when confident); else up to width nodes a level.
+struct Backend {
+  double base = 10, per_row = 0.08;
+  double draft_fixed = 0, draft_per_level = 0, catch_up_per_token = 0;
+  int width = 0;
+};
+
+// Generates `tokens` tokens for each of `texts` requests (new_text() between them, each after a
+// 40-token prompt) on text whose acceptance per depth changes at the given token counts of a
+// request; returns the total time over the time of plain decoding.
 struct Phase {
   int from_token;
   double accept;
 };
-double time_against_plain(const std::vector<Phase>& phases, double draft_per_level,
-                          double catch_up_per_token, int tokens, bool* drafting_at_end = nullptr) {
+double time_against_plain(const std::vector<Phase>& phases, const Backend& b, int tokens,
+                          bool* drafting_at_end = nullptr, int texts = 1) {
   SpecPolicy policy;
-  const double base = 10, per_row = 0.08;
   const int prompt = 40;
   double total_ms = 0;
-  int generated = 0, missed = prompt, cycle = 0;
-  while (generated < tokens) {
-    const DraftSize size = policy.next(16, 8);
-    if (!size.drafting()) {
-      policy.record({.rows = 1, .pass_ms = base, .context = prompt + generated});
-      total_ms += base;
-      ++generated;
-      ++missed;
-      continue;
+  int all_generated = 0, cycle = 0;
+  for (int text = 0; text < texts; ++text) {
+    if (text > 0) policy.new_text();
+    int generated = 0, missed = prompt;
+    while (generated < tokens) {
+      const DraftSize size = policy.next(16, 8);
+      if (!size.drafting()) {
+        policy.record({.rows = 1, .pass_ms = b.base, .context = prompt + generated});
+        total_ms += b.base;
+        ++generated;
+        ++missed;
+        continue;
+      }
+      double accept = 0;
+      for (const Phase& phase : phases) {
+        if (generated >= phase.from_token) accept = phase.accept;
+      }
+      const int accepted = draw_accepted(accept, size.depth, cycle);
+      const int rows =
+          1 + (b.width == 0 ? size.depth : std::min(size.budget, b.width * size.depth));
+      const PassRecord pass{.rows = rows,
+                            .pass_ms = pass_cost(rows, b.base, b.per_row),
+                            .draft_ms = b.draft_fixed + b.draft_per_level * size.depth +
+                                        b.catch_up_per_token * missed,
+                            .tree_depth = size.depth,
+                            .accepted = accepted,
+                            .tested = std::min(size.depth, accepted + 1),
+                            .tokens_emitted = accepted + 1,
+                            .context = prompt + generated,
+                            .chain = SpecPolicy::is_chain(size)};
+      policy.record(pass);
+      total_ms += pass.pass_ms + pass.draft_ms;
+      generated += pass.tokens_emitted;
+      missed = 0;
     }
-    double accept = 0;
-    for (const Phase& phase : phases) {
-      if (generated >= phase.from_token) accept = phase.accept;
-    }
-    const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
-    int accepted = 0;
-    double reach = 1;
-    while (accepted < size.depth && reach * accept > u) {
-      reach *= accept;
-      ++accepted;
-    }
-    const int rows = 1 + size.depth;  // a chain, as a draft model proposes when confident
-    const PassRecord pass{.rows = rows,
-                          .pass_ms = pass_cost(rows, base, per_row),
-                          .draft_ms = draft_per_level * size.depth + catch_up_per_token * missed,
-                          .tree_depth = size.depth,
-                          .accepted = accepted,
-                          .tested = std::min(size.depth, accepted + 1),
-                          .tokens_emitted = accepted + 1,
-                          .context = prompt + generated,
-                          .chain = SpecPolicy::is_chain(size)};
-    policy.record(pass);
-    total_ms += pass.pass_ms + pass.draft_ms;
-    generated += pass.tokens_emitted;
-    missed = 0;
+    all_generated += generated;
   }
   if (drafting_at_end) *drafting_at_end = policy.drafting();
-  return total_ms / (generated * base);
+  return total_ms / (all_generated * b.base);
 }
+
+// A draft model: 4.4 ms a level against a 10 ms pass, 0.6 ms a missed token to catch up.
+const Backend kDraftModel{.draft_per_level = 4.4, .catch_up_per_token = 0.6};
 
 // The --spec auto promise: where drafting never pays, probing for it costs a few percent at
 // most, the draft model's catch-up included.
 TEST(SpecPolicyTest, DraftingThatNeverPaysCostsAtMostAFewPercent) {
   for (int tokens : {192, 1000}) {
     for (double accept : {0.1, 0.3, 0.45}) {
-      const double ratio = time_against_plain({{0, accept}}, /*draft_per_level=*/4.4,
-                                              /*catch_up_per_token=*/0.6, tokens);
+      const double ratio = time_against_plain({{0, accept}}, kDraftModel, tokens);
       EXPECT_LE(ratio, 1.03) << "acceptance " << accept << ", " << tokens << " tokens";
     }
   }
@@ -577,49 +594,17 @@ TEST(SpecPolicyTest, DraftingThatNeverPaysCostsAtMostAFewPercent) {
 // nothing deep is ever accepted. Each text's first drafted passes and the probes stay within a
 // few percent.
 TEST(SpecPolicyTest, RequestsWhereDraftingNeverPaysCostAFewPercent) {
+  const Backend cpu{.base = 6.0,
+                    .per_row = 0.18,
+                    .draft_fixed = 2.0,
+                    .draft_per_level = 1.5,
+                    .catch_up_per_token = 0.05,
+                    .width = 2};
   for (int tokens : {128, 1000}) {
     for (double accept : {0.2, 0.45}) {
-      SpecPolicy policy;
-      const double base = 6.0;
-      double total_ms = 0;
-      int cycle = 0;
-      for (int text = 0; text < 10; ++text) {
-        if (text > 0) policy.new_text();
-        int generated = 0, missed = 40;  // the prompt
-        while (generated < tokens) {
-          const DraftSize size = policy.next(16, 8);
-          if (!size.drafting()) {
-            policy.record({.rows = 1, .pass_ms = base, .context = 40 + generated});
-            total_ms += base;
-            ++generated;
-            ++missed;
-            continue;
-          }
-          const double u = ((cycle++ * 37) % 100 + 0.5) / 100;
-          int accepted = 0;
-          double reach = 1;
-          while (accepted < size.depth && reach * accept > u) {
-            reach *= accept;
-            ++accepted;
-          }
-          const int rows = 1 + std::min(size.budget, 2 * size.depth);
-          const PassRecord pass{.rows = rows,
-                                .pass_ms = pass_cost(rows, base, 0.18),
-                                .draft_ms = 2.0 + 1.5 * size.depth + 0.05 * missed,
-                                .tree_depth = size.depth,
-                                .accepted = accepted,
-                                .tested = std::min(size.depth, accepted + 1),
-                                .tokens_emitted = accepted + 1,
-                                .context = 40 + generated,
-                                .chain = SpecPolicy::is_chain(size)};
-          policy.record(pass);
-          total_ms += pass.pass_ms + pass.draft_ms;
-          generated += pass.tokens_emitted;
-          missed = 0;
-        }
-      }
       // Session 15: 1.0-1.9% for this policy and the one before it.
-      EXPECT_LE(total_ms / (10 * tokens * base), 1.03) << tokens << " tokens, accept " << accept;
+      EXPECT_LE(time_against_plain({{0, accept}}, cpu, tokens, nullptr, /*texts=*/10), 1.03)
+          << tokens << " tokens, accept " << accept;
     }
   }
 }
@@ -627,7 +612,9 @@ TEST(SpecPolicyTest, RequestsWhereDraftingNeverPaysCostAFewPercent) {
 // Where it pays, the policy keeps drafting.
 TEST(SpecPolicyTest, DraftingThatPaysIsKept) {
   bool drafting = false;
-  EXPECT_LT(time_against_plain({{0, 0.9}}, 1.0, 0.3, 1000, &drafting), 0.6);
+  EXPECT_LT(time_against_plain({{0, 0.9}}, {.draft_per_level = 1.0, .catch_up_per_token = 0.3},
+                               1000, &drafting),
+            0.6);
   EXPECT_TRUE(drafting);
 }
 
@@ -635,10 +622,10 @@ TEST(SpecPolicyTest, DraftingThatPaysIsKept) {
 // before), so it drafts again once the text is predictable again.
 TEST(SpecPolicyTest, DraftingThatPaidIsProbedAgainAfterABadStretch) {
   bool drafting = true;
-  time_against_plain({{0, 0.9}, {300, 0.05}}, 4.4, 0.6, 400, &drafting);
+  time_against_plain({{0, 0.9}, {300, 0.05}}, kDraftModel, 400, &drafting);
   EXPECT_FALSE(drafting);
   const double ratio =
-      time_against_plain({{0, 0.9}, {300, 0.05}, {400, 0.9}}, 4.4, 0.6, 1000, &drafting);
+      time_against_plain({{0, 0.9}, {300, 0.05}, {400, 0.9}}, kDraftModel, 1000, &drafting);
   EXPECT_TRUE(drafting);
   // Drafting everywhere but the bad stretch would give about 0.78 (0.76 where it is good);
   // never drafting again after it, about 0.93.
