@@ -9,8 +9,9 @@
 # SGPU / QGPU / PGPU put a run on a GPU of its own (CUDA_VISIBLE_DEVICES).
 #   bash .gpu/df/dev.sh              # collect pieces, start what can start, report, export finished runs
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
-# Exports (once per run) to $OUT: <s|q|p>_small.tar (config.json, train_log.json), <s|q|p>.log,
-# <s|q|p>_reference.safetensors and model.safetensors in 15 MB pieces <s|q|p>_model.NN (cat them).
+# Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json,
+# train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
+# pieces <s|q|p>_model.NN, 3 a call (cat them).
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site
 M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $W
 [ -d /root/site/gguf ] || pip install -q --no-index --no-deps --target /root/site .gpu/df/whl/*.whl
@@ -42,13 +43,14 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # passes over 20k prompts with one layer and memorised them (training-sample chain tau 3.63, held
 # out 2.49); session 8: 36k prompts, two layers, 5 passes (QFEATGB=90 on a GPU of its own).
 # Session 12 shipped 36k prompts, 5 passes, QFEATGB=100 on GPU 1 with QGENGPUS=0 (GPU 0 generates
-# half the data: train.py --gen-gpus).
+# half the data: train.py --gen-gpus). Session 16 shipped three layers, 8 passes capped at 8.5
+# minutes (7.4 done), QFEATGB=100, on one H200 for everything (15.6 GPU minutes).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
-start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-18} q "${QGPU:-}" \
-  --n-layer ${QLAYERS:-2} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
-  --passes ${QPASSES:-5} --minutes ${QMINUTES:-7} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-56} --eval-max 256 \
+start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-20} q "${QGPU:-}" \
+  --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
+  --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS}
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
 # its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
@@ -61,14 +63,22 @@ if [ "${1:-}" = wait ]; then  # until every started run is done
   end=$((SECONDS + $2))
   while running && [ $SECONDS -lt $end ]; do sleep 5; done
 fi
-# One run a call: a call returns at most 8 files, and two drafters' exports pass that (the 0.5B's
-# model alone is 2 pieces; a dropped file is not sent again).
+# One run a call, at most 3 model pieces a call: a call returns at most 8 files and ~64 MiB (the
+# three-layer 1.5B drafter is 67 MB, its reference 10 MB; a dropped file is not sent again). The
+# first call of a run sends the log, small tar and reference; later calls the next model pieces.
 export_out() { # name tag
   [ -z "${exported_one:-}" ] && [ -f $W/$1.done ] && [ ! -f $W/$1.exported ] || return
-  echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
-  [ -f $W/out_$1/train_log.json ] || return
-  (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json && cp reference.safetensors $OUT/$2_reference.safetensors &&
-    split -b 15M -d model.safetensors $OUT/$2_model.) && touch $W/$1.exported && exported_one=1
+  exported_one=1
+  local P=$W/pieces_$1
+  if [ ! -d $P ]; then
+    echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
+    [ -f $W/out_$1/train_log.json ] || { touch $W/$1.exported; return; }
+    mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json &&
+      cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model.)
+    return
+  fi
+  for f in $(ls $P | head -3); do mv $P/$f $OUT/; done
+  [ -z "$(ls $P)" ] && touch $W/$1.exported
 }
 export_out smollm2-135m s
 export_out qwen2.5-coder-1.5b q
