@@ -249,7 +249,7 @@ void add_run_command(CLI::App& app) {
                   "DFlash tree: auto (adapter if the drafter has one, else best), best, adapter, "
                   "chain");
   cmd->add_option("--spec-budget", o->spec_budget,
-                  "draft tree nodes per forward pass (default: the drafter's, 8 for a "
+                  "draft tree nodes per forward pass (default: the drafter's, 7 for a "
                   "DFlash drafter, else 16)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--spec-vocab", o->spec_vocab,

@@ -114,7 +114,7 @@ void add_serve_command(CLI::App& app) {
                   "one is given, else n-gram), draft, ngram, none")
       ->capture_default_str();
   cmd->add_option("--spec-budget", s.spec.budget,
-                  "draft tree nodes per forward pass (default: the drafter's, 8 for a "
+                  "draft tree nodes per forward pass (default: the drafter's, 7 for a "
                   "DFlash drafter, else 16)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--spec-vocab", s.spec.vocab,

@@ -31,13 +31,15 @@ class DflashDrafter : public Drafter {
   // instead: --spec auto on the H200's code prompts fell from 962 to 868 tok/s.
   DraftTree propose(std::span<const int32_t> context, int budget, int max_depth) override;
   std::string name() const override { return "DFlash drafter " + model_.dir(); }
-  // 8 nodes, as deep as the block reaches: one block pass drafts every depth, so a depth cap
-  // below the block only drops drafted tokens, and on a GPU 9 rows cost 1.25x one row while 17
-  // cost 2.2x (H200, Qwen2.5-Coder-1.5B). bench_spec --limit 2, auto against plain with these
-  // caps / with 16 nodes 8 deep: H200 code 1.45 / 1.28, math 2.36 / 2.37, chat 1.06 / 1.08,
-  // grounded 1.50 / 1.51; CPU (2 threads, 2 reps) 0.98 / 1.09, 1.39 / 1.25, 1.01 / 0.88,
-  // 1.09 / 1.06. Both noisy (two runs of one mode differ by 0.1): a larger A/B is due.
-  std::pair<int, int> default_caps() const override { return {8, model_.config().max_depth()}; }
+  // 7 nodes, as deep as the block reaches: one block pass drafts every depth, so a depth cap
+  // below the block only drops drafted tokens. 7 nodes and the root are 8 rows, one 8-column
+  // int8 mma tile on CUDA: the 9th row starts a second tile (H200, Qwen2.5-Coder-1.5B, greedy
+  // ms: 1 row 1.39, 4 2.00, 8 2.23, 9 2.91, 16 3.23), and on a CPU a third call of the packed
+  // kernels (4 rows a call). bench_spec on the H200 (38 prompts), fixed adapter trees of 7 / 8
+  // nodes against plain: code 1.45 / 1.24, math 2.26 / 1.85, chat 1.04 / 0.89, grounded
+  // 1.70 / 1.42 (tokens a pass 2.91 / 3.02 on code); --spec auto with 7 / 8: code 1.35 /
+  // 1.35, math 2.16 / 2.15, chat 0.99 / 0.98, grounded 1.56 / 1.52.
+  std::pair<int, int> default_caps() const override { return {7, model_.config().max_depth()}; }
   std::span<const int32_t> hidden_layers() const override { return model_.config().target_layers; }
   void observe(int32_t first, int32_t n, const float* features) override;
   int32_t observed() const override { return runner_->n_positions() + pending_rows(); }
