@@ -48,15 +48,6 @@ double SpecPolicy::pass_ms(int rows) const {
   if (has_lo && has_hi) {
     const double t = static_cast<double>(rows - lo) / (hi - lo);
     estimate = t_lo + t * (bound - t_lo);
-  } else if (has_lo && lo > 1 && (rows >= n || pass_ms_by_rows_[rows] == 0)) {
-    // A count not yet measured (a first pass is not kept), wider than every measured one: as dear
-    // as the widest, so that it is tried and measured. The line from the one-row pass overestimates
-    // where the cost is a step function of the rows (CUDA: 4 rows 2.00 ms, 5 2.08, 8 2.23, 9 2.91
-    // on the H200), and a count the estimate makes look dear is never chosen, so never corrected:
-    // session 17's --spec auto drafted 4-node trees (5 rows) where fixed 7-node ones gave 1.45x
-    // against 1.35x plain on code. Where the wider count is dearer, its first two passes say
-    // so and the line takes over.
-    estimate = t_lo;
   } else if (has_lo && lo > 1 && usable(1)) {
     // Beyond the usable counts: along the line from the one-row pass to the widest of them.
     const double slope = std::max(0.0, (t_lo - pass_ms_by_rows_[1]) / (lo - 1));
