@@ -93,7 +93,7 @@ void register_all() {
         if (packed && !cpu::packable(s.type, s.n_out, s.n_in)) continue;
         benchmark::RegisterBenchmark((name + (packed ? "/packed" : "")).c_str(), bm_matmul, path, s,
                                      packed)
-            ->ArgsProduct({{1, 4, 16, 64}, {1, 2}})
+            ->ArgsProduct({{1, 4, 8, 16, 64}, {1, 2}})
             ->ArgNames({"rows", "threads"})
             ->UseRealTime()
             ->MinTime(0.2);

@@ -23,11 +23,14 @@ namespace {
 constexpr const char* kPaths[] = {"portable", "avx2", "avx512"};
 
 // Random blocks whose scale fields hold sane fp16 values; the quant bytes stay random, which
-// exercises every bit pattern of the packed formats.
-std::vector<uint8_t> random_weights(DType type, int64_t n_out, int64_t n_in, std::mt19937& rng) {
+// exercises every bit pattern of the packed formats. With max_quants, every quant and 6-bit
+// scale is at its largest magnitude instead (all bits set; Q8_0's -128).
+std::vector<uint8_t> random_weights(DType type, int64_t n_out, int64_t n_in, std::mt19937& rng,
+                                    bool max_quants = false) {
   std::vector<uint8_t> data(row_bytes(type, n_in) * n_out);
   std::uniform_int_distribution<int> byte(0, 255);
-  for (auto& b : data) b = static_cast<uint8_t>(byte(rng));
+  const uint8_t max_byte = type == DType::kQ8_0 ? 0x80 : 0xFF;
+  for (auto& b : data) b = max_quants ? max_byte : static_cast<uint8_t>(byte(rng));
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   auto scale = [&](float mag) { return fp32_to_fp16(mag * (0.25f + std::fabs(unit(rng)))); };
   const int64_t n_elems = n_out * n_in;
@@ -272,6 +275,40 @@ TEST_P(PackedMatmulTest, RowInvariantAcrossBatchAndThreads) {
   }
 }
 
+// Every batch size (one kernel call of 1-4 rows, or 8 for the k-quants on AVX2; 5, 9 and 16
+// split over calls) gives every path the portable bits, with random quants and with every
+// quant at its largest against activations all at full scale, where the int16 sums of the
+// AVX2 kernels come closest to overflowing.
+TEST_P(PackedMatmulTest, SameBitsOnEveryPathForEveryBatchAndExtremeQuants) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 16;
+  std::mt19937 rng(13 + static_cast<int>(type));
+  ThreadPool pool(1);
+  MatmulScratch scratch;
+  const cpu::CpuKernels* portable = cpu::cpu_kernels_for("portable");
+  for (bool extreme : {false, true}) {
+    const auto w = random_weights(type, n_out, n_in, rng, extreme);
+    WeightView view{type, w.data(), n_out, n_in};
+    const auto packed_buf = cpu::pack_matrix(view, nullptr);
+    view.packed = packed_buf.get();
+    for (int64_t n_rows : {1, 2, 3, 4, 5, 8, 9, 16}) {
+      // Extreme: every activation row constant (alternating sign), so every quant is +-127.
+      std::vector<float> x = random_acts(n_rows * n_in, rng);
+      for (int64_t i = 0; extreme && i < n_rows * n_in; ++i) x[i] = (i / n_in) % 2 ? 1.0f : -1.0f;
+      std::vector<float> want(n_rows * n_out);
+      cpu::matmul_with(*portable, pool, view, x.data(), n_rows, want.data(), scratch);
+      for (const char* path : kPaths) {
+        const cpu::CpuKernels* kernels = cpu::cpu_kernels_for(path);
+        if (!kernels) continue;
+        std::vector<float> y(n_rows * n_out);
+        cpu::matmul_with(*kernels, pool, view, x.data(), n_rows, y.data(), scratch);
+        EXPECT_EQ(0, std::memcmp(want.data(), y.data(), y.size() * sizeof(float)))
+            << path << " rows " << n_rows << (extreme ? " extreme" : " random");
+      }
+    }
+  }
+}
+
 // A tied embedding table reads its rows back from the packed copy: every row must come back as
 // the GGUF bytes it was packed from (the k-quant layouts do not undo, and say so).
 TEST_P(PackedMatmulTest, UnpackRowGivesTheGgufRow) {
@@ -287,7 +324,9 @@ TEST_P(PackedMatmulTest, UnpackRowGivesTheGgufRow) {
   const bool undoable = type != DType::kQ4_K && type != DType::kQ6_K;
   for (int64_t r = 0; r < n_out; ++r) {
     ASSERT_EQ(undoable, cpu::unpack_row(view, r, row.data()));
-    if (undoable) EXPECT_EQ(0, std::memcmp(row.data(), &w[r * bytes], bytes)) << "row " << r;
+    if (undoable) {
+      EXPECT_EQ(0, std::memcmp(row.data(), &w[r * bytes], bytes)) << "row " << r;
+    }
   }
 }
 

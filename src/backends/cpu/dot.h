@@ -49,6 +49,9 @@ struct CpuKernels {
   DotFn dot[static_cast<int>(WeightKind::kCount)] = {};
   // Kernels for weights repacked at load (packed.h); null where the type has no packed layout.
   PackedGroupFn packed[static_cast<int>(WeightKind::kCount)] = {};
+  // The activation rows each packed kernel takes per call (1..kMaxPackedActs): the most that
+  // fit its registers, so each unpacked weight step serves as many rows as it can.
+  int packed_rows[static_cast<int>(WeightKind::kCount)] = {};
 };
 
 // The dense kind of a weight type; SALVO_CHECKs that the type is supported as a weight.

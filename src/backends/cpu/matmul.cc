@@ -78,6 +78,7 @@ const KernelTables& tables() {
 // One packed matrix of a matmul_multi call: its kernel, its groups and where they land.
 struct PackedPart {
   PackedGroupFn kernel;
+  int rows_per_call;  // CpuKernels::packed_rows
   const uint8_t* groups;
   size_t group_bytes;
   int64_t n_in, n_out;
@@ -87,7 +88,7 @@ struct PackedPart {
 
 // Threads take contiguous shares of the row groups of all parts together (one pass of the pool
 // for Q, K and V); within a share, tiles of groups stay in cache while the activation rows pass
-// over them kMaxPackedActs at a time.
+// over them as many at a time as the kernel takes.
 void matmul_packed(const PackedPart* parts, int n_parts, ThreadPool& pool, const uint8_t* acts,
                    size_t act_stride, int64_t n_rows) {
   const PackedPart& last = parts[n_parts - 1];
@@ -102,8 +103,8 @@ void matmul_packed(const PackedPart* parts, int n_parts, ThreadPool& pool, const
           std::max<int64_t>(1, static_cast<int64_t>(kTileWeightBytes / p.group_bytes));
       for (int64_t g0 = p_begin; g0 < p_end; g0 += tile) {
         const int64_t g1 = std::min(p_end, g0 + tile);
-        for (int64_t r0 = 0; r0 < n_rows; r0 += kMaxPackedActs) {
-          const int nr = static_cast<int>(std::min<int64_t>(kMaxPackedActs, n_rows - r0));
+        for (int64_t r0 = 0; r0 < n_rows; r0 += p.rows_per_call) {
+          const int nr = static_cast<int>(std::min<int64_t>(p.rows_per_call, n_rows - r0));
           for (int64_t g = g0; g < g1; ++g) {
             p.kernel(p.n_in, p.groups + g * p.group_bytes, acts + r0 * act_stride, act_stride, nr,
                      out);
@@ -192,9 +193,13 @@ void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& 
   const uint8_t* acts = prepare_acts(pool, w.type, n_in, x, n_rows, scratch, &act_stride);
 
   if (w.packed != nullptr) {
-    const PackedGroupFn kernel = kernels.packed[static_cast<int>(weight_kind(w.type))];
+    const int kind = static_cast<int>(weight_kind(w.type));
+    const PackedGroupFn kernel = kernels.packed[kind];
+    const int rows = kernels.packed_rows[kind];
     SALVO_CHECK(kernel != nullptr && n_out % kPackRows == 0);
+    SALVO_CHECK(rows >= 1 && rows <= kMaxPackedActs);
     const PackedPart part{kernel,
+                          rows,
                           static_cast<const uint8_t*>(w.packed),
                           packed_group_bytes(w.type, n_in),
                           n_in,
@@ -242,9 +247,13 @@ void matmul_multi_with(const CpuKernels& kernels, ThreadPool& pool, const Weight
   PackedPart parts[kMaxParts];
   int64_t first_group = 0;
   for (int i = 0; i < n_w; ++i) {
-    const PackedGroupFn kernel = kernels.packed[static_cast<int>(weight_kind(w[i]->type))];
+    const int kind = static_cast<int>(weight_kind(w[i]->type));
+    const PackedGroupFn kernel = kernels.packed[kind];
+    const int rows = kernels.packed_rows[kind];
     SALVO_CHECK(kernel != nullptr && w[i]->n_out % kPackRows == 0);
+    SALVO_CHECK(rows >= 1 && rows <= kMaxPackedActs);
     parts[i] = {kernel,
+                rows,
                 static_cast<const uint8_t*>(w[i]->packed),
                 packed_group_bytes(w[i]->type, n_in),
                 n_in,

@@ -470,16 +470,17 @@ bool unpack_row(const WeightView& w, int64_t row, void* dst) {
 }
 
 void fill_portable_packed(CpuKernels& k) {
-  k.packed[static_cast<int>(WeightKind::kQ4_K)] = one_row_at_a_time<packed_q4k_portable<1>>;
-  k.packed[static_cast<int>(WeightKind::kQ6_K)] = one_row_at_a_time<packed_q6k_portable<1>>;
-  k.packed[static_cast<int>(WeightKind::kQ4_0)] =
-      one_row_at_a_time<packed_legacy_portable<PackedQ4_0, BlockQ8_0>>;
-  k.packed[static_cast<int>(WeightKind::kQ4_1)] =
-      one_row_at_a_time<packed_legacy_portable<PackedQ4_1, BlockQ8_1>>;
-  k.packed[static_cast<int>(WeightKind::kQ5_0)] =
-      one_row_at_a_time<packed_legacy_portable<PackedQ5_0, BlockQ8_0>>;
-  k.packed[static_cast<int>(WeightKind::kQ8_0)] =
-      one_row_at_a_time<packed_legacy_portable<PackedQ8_0, BlockQ8_0>>;
+  // One row at a time inside, so any number of rows per call gives the same work.
+  const auto set = [&k](WeightKind kind, PackedGroupFn kernel) {
+    k.packed[static_cast<int>(kind)] = kernel;
+    k.packed_rows[static_cast<int>(kind)] = kMaxPackedActs;
+  };
+  set(WeightKind::kQ4_K, one_row_at_a_time<packed_q4k_portable<1>>);
+  set(WeightKind::kQ6_K, one_row_at_a_time<packed_q6k_portable<1>>);
+  set(WeightKind::kQ4_0, one_row_at_a_time<packed_legacy_portable<PackedQ4_0, BlockQ8_0>>);
+  set(WeightKind::kQ4_1, one_row_at_a_time<packed_legacy_portable<PackedQ4_1, BlockQ8_1>>);
+  set(WeightKind::kQ5_0, one_row_at_a_time<packed_legacy_portable<PackedQ5_0, BlockQ8_0>>);
+  set(WeightKind::kQ8_0, one_row_at_a_time<packed_legacy_portable<PackedQ8_0, BlockQ8_0>>);
 }
 
 }  // namespace salvo::cpu

@@ -22,7 +22,7 @@
 namespace salvo::cpu {
 
 inline constexpr int kPackRows = 8;       // output rows interleaved per group
-inline constexpr int kMaxPackedActs = 4;  // activation rows per kernel call
+inline constexpr int kMaxPackedActs = 8;  // most activation rows per kernel call
 
 // One super-block (256 inputs) of eight Q4_K rows.
 struct PackedQ4K {

@@ -63,6 +63,66 @@ SALVO_PACK_INLINE __m256i load8_i8_as_i32(const int8_t* p) {
   return _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
 }
 
+// Sub-block sums: the byte products of one sub-block, summed per lane before its scale applies.
+// With VNNI they are int32 lanes (one vpdpbusd a step). Without, dot_acc costs maddubs, a madd
+// to widen and an add for every step, so the sums stay in int16 lanes, one add a step, for as
+// many steps as the caller proves cannot overflow; sub_scale_acc then widens and scales in one
+// madd. Exact integer arithmetic either way, so the floats are those of the VNNI path.
+SALVO_PACK_INLINE __m256i sub_dot(__m256i acc, __m256i w, __m256i a) {
+#ifdef SALVO_PACK_VNNI
+  return dot_acc(acc, w, a);
+#else
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(w, a));
+#endif
+}
+
+// GCC reassociates a chain of int16 or int32 adds into a tree over all the products of a
+// sub-block and every row, which needs more than AVX2's 16 ymm registers and spills (q4k with
+// four rows ran 1.5x slower). An empty asm that claims to change v keeps the chain in order.
+// The VNNI accumulate is one instruction and needs no help.
+SALVO_PACK_INLINE __m256i in_register(__m256i v) {
+#ifndef SALVO_PACK_VNNI
+  __asm__("" : "+x"(v));
+#endif
+  return v;
+}
+
+#ifndef SALVO_PACK_VNNI
+// Each int32 lane's low int16 copied to its high half: madd with the result multiplies both
+// int16 halves of a sub-block sum by the same scale.
+SALVO_PACK_INLINE __m256i dup_low_i16(__m256i v) {
+  const __m256i dup = _mm256_setr_epi8(0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13,  //
+                                       0, 1, 0, 1, 4, 5, 4, 5, 8, 9, 8, 9, 12, 13, 12, 13);
+  return _mm256_shuffle_epi8(v, dup);
+}
+#endif
+
+// The scales of eight rows (one per lane) in the form sub_scale_acc takes.
+SALVO_PACK_INLINE __m256i sub_scales(const uint8_t* p) {
+#ifdef SALVO_PACK_VNNI
+  return load8_u8_as_i32(p);
+#else
+  return dup_low_i16(load8_u8_as_i32(p));
+#endif
+}
+
+SALVO_PACK_INLINE __m256i sub_scales(const int8_t* p) {
+#ifdef SALVO_PACK_VNNI
+  return load8_i8_as_i32(p);
+#else
+  return dup_low_i16(load8_i8_as_i32(p));
+#endif
+}
+
+// sumi += isum * scale per int32 lane, isum from sub_dot and sc from sub_scales.
+SALVO_PACK_INLINE __m256i sub_scale_acc(__m256i sumi, __m256i isum, __m256i sc) {
+#ifdef SALVO_PACK_VNNI
+  return _mm256_add_epi32(sumi, _mm256_mullo_epi32(isum, sc));
+#else
+  return _mm256_add_epi32(sumi, _mm256_madd_epi16(isum, sc));
+#endif
+}
+
 template <int R>
 SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, size_t stride,
                            float* out) {
@@ -81,6 +141,8 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
     __m256i sumi[R];
     for (int r = 0; r < R; ++r) sumi[r] = _mm256_setzero_si256();
     for (int j = 0; j < 8; ++j) {
+      // sub_dot in int16 holds the whole sub-block: eight maddubs of quants <= 15 against
+      // |a| <= 128 add up to at most 8 * 2 * 15 * 128 = 30720 < 2^15 per lane.
       __m256i isum[R];
       for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
       for (int s = 0; s < 4; ++s) {
@@ -89,13 +151,12 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
         const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(w, 4), m4);
         for (int r = 0; r < R; ++r) {
           const int8_t* q = a[r][b].qs + 32 * j + 8 * s;
-          isum[r] = dot_acc(isum[r], lo, bcast4(q));
-          isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
+          isum[r] = sub_dot(isum[r], lo, bcast4(q));
+          isum[r] = in_register(sub_dot(isum[r], hi, bcast4(q + 4)));
         }
       }
-      const __m256i sc = load8_u8_as_i32(blk.sc[j]);
-      for (int r = 0; r < R; ++r)
-        sumi[r] = _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(isum[r], sc));
+      const __m256i sc = sub_scales(blk.sc[j]);
+      for (int r = 0; r < R; ++r) sumi[r] = sub_scale_acc(sumi[r], isum[r], sc);
     }
     const __m256 dw = load8_f16(blk.d), dminw = load8_f16(blk.dmin);
     for (int r = 0; r < R; ++r) {
@@ -126,6 +187,35 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
 // gives 28 GB/s. The same for Q4_K (one stream) measured no better.
 constexpr int kQ6kPrefetchBlocks = 2;
 
+#ifndef SALVO_PACK_VNNI
+// sumi -= 32 * sum_j sc[j] * bsums[j] per lane: the -32 offset of every quant, which the
+// VNNI path subtracts per sub-block, taken out once per super-block with a madd per pair of
+// sub-blocks. Lane k's int16 halves hold 32 * sc[2p][k] and 32 * sc[2p + 1][k] (|.| <= 4096),
+// from the scale bytes shuffled into the high byte of each int16 (zero low byte) and shifted
+// right arithmetically by 3. Exact: the total is the same integer as the VNNI path's.
+template <int R>
+SALVO_PACK_INLINE void q6k_sub_offsets(const PackedQ6K& blk, const BlockQ8_K* const* a, int64_t b,
+                                       __m256i* sumi) {
+  constexpr char kZero = -128;  // pshufb index that writes a zero byte
+  // Lane k: sc[2p][k] (byte k of the pair's 16 bytes) then sc[2p + 1][k] (byte 8 + k).
+  const __m256i interleave = _mm256_setr_epi8(
+      kZero, 0, kZero, 8, kZero, 1, kZero, 9, kZero, 2, kZero, 10, kZero, 3, kZero, 11,  //
+      kZero, 4, kZero, 12, kZero, 5, kZero, 13, kZero, 6, kZero, 14, kZero, 7, kZero, 15);
+  for (int p = 0; p < 8; ++p) {
+    const __m256i pair = _mm256_broadcastsi128_si256(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.sc[2 * p])));
+    const __m256i sc32 = _mm256_srai_epi16(_mm256_shuffle_epi8(pair, interleave), 3);
+    for (int r = 0; r < R; ++r) {
+      // bsums[2p] and bsums[2p + 1] in the two int16 halves of every lane.
+      int32_t bs;
+      std::memcpy(&bs, &a[r][b].bsums[2 * p], 4);
+      sumi[r] =
+          in_register(_mm256_sub_epi32(sumi[r], _mm256_madd_epi16(sc32, _mm256_set1_epi32(bs))));
+    }
+  }
+}
+#endif
+
 template <int R>
 SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, size_t stride,
                            float* out) {
@@ -146,8 +236,12 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
     for (int j = 0; j < 16; ++j) {
       _mm_prefetch(ahead + 128 * j, _MM_HINT_T0);
       _mm_prefetch(ahead + 128 * j + 64, _MM_HINT_T0);
+#ifdef SALVO_PACK_VNNI
       __m256i isum[R];
       for (int r = 0; r < R; ++r) isum[r] = _mm256_setzero_si256();
+#else
+      const __m256i sc = sub_scales(blk.sc[j]);
+#endif
       const __m256i high = load32(blk.qh[j]);
       // The 2-bit highs, already times 16 (packed.h places them for one shift at most).
       const __m256i h[2][2] = {
@@ -161,17 +255,30 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
         const __m256i hi = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(w, 4), m4), h_hi);
         for (int r = 0; r < R; ++r) {
           const int8_t* q = a[r][b].qs + 16 * j + 8 * s;
+#ifdef SALVO_PACK_VNNI
           isum[r] = dot_acc(isum[r], lo, bcast4(q));
           isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
+#else
+          // One step in int16: two maddubs of quants <= 63 against |a| <= 128 add up to at
+          // most 2 * 2 * 63 * 128 = 32256 < 2^15 per lane (a third could overflow).
+          const __m256i step =
+              sub_dot(sub_dot(_mm256_setzero_si256(), lo, bcast4(q)), hi, bcast4(q + 4));
+          sumi[r] = sub_scale_acc(sumi[r], step, sc);
+#endif
         }
       }
+#ifdef SALVO_PACK_VNNI
       const __m256i sc = load8_i8_as_i32(blk.sc[j]);
       for (int r = 0; r < R; ++r) {
         const __m256i offset = _mm256_set1_epi32(32 * a[r][b].bsums[j]);
         sumi[r] =
             _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(_mm256_sub_epi32(isum[r], offset), sc));
       }
+#endif
     }
+#ifndef SALVO_PACK_VNNI
+    q6k_sub_offsets<R>(blk, a, b, sumi);
+#endif
     const __m256 dw = load8_f16(blk.d);
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]),
@@ -229,6 +336,15 @@ SALVO_PACK_INLINE void legacy(int64_t n_in, const void* group, const void* acts,
         }
       }
     } else {
+#ifndef SALVO_PACK_VNNI
+      // Steps summed in int16 before widening: quants <= 15 give at most 2 * 15 * 128 = 3840
+      // per maddubs lane, so all four steps (eight maddubs, 30720) fit below 2^15; Q5_0's
+      // quants <= 31 give 7936, so two steps (31744).
+      constexpr int kStepsPer16 = kQ5 ? 2 : 4;
+      const __m256i ones16 = _mm256_set1_epi16(1);
+      __m256i isum16[R];
+      for (int r = 0; r < R; ++r) isum16[r] = _mm256_setzero_si256();
+#endif
       __m256i high;
       if constexpr (kQ5) high = load32(blk.qh);
       for (int s = 0; s < 4; ++s) {
@@ -248,8 +364,17 @@ SALVO_PACK_INLINE void legacy(int64_t n_in, const void* group, const void* acts,
         }
         for (int r = 0; r < R; ++r) {
           const int8_t* q = a[r][b].qs + 8 * s;
+#ifdef SALVO_PACK_VNNI
           isum[r] = dot_acc(isum[r], lo, bcast4(q));
           isum[r] = dot_acc(isum[r], hi, bcast4(q + 4));
+#else
+          isum16[r] = sub_dot(isum16[r], lo, bcast4(q));
+          isum16[r] = in_register(sub_dot(isum16[r], hi, bcast4(q + 4)));
+          if (s % kStepsPer16 == kStepsPer16 - 1) {
+            isum[r] = _mm256_add_epi32(isum[r], _mm256_madd_epi16(isum16[r], ones16));
+            isum16[r] = _mm256_setzero_si256();
+          }
+#endif
         }
       }
     }
@@ -300,25 +425,55 @@ SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, f
     }                                                                                        \
   }
 
-SALVO_PACK_DISPATCH(packed_q4k, q4k)
-SALVO_PACK_DISPATCH(packed_q6k, q6k)
+// Rows per call: eight for the k-quants on AVX2, where each unpacked weight step then serves
+// twice the rows (the int16 sub-block sums leave the registers for it: 8-9% faster at 8 and 16
+// rows), four otherwise: the legacy kernels spill at eight (2x slower), and the VNNI kernels
+// stay as they were measured. Five to seven rows (the end of a batch) run as four and the rest.
+#ifdef SALVO_PACK_VNNI
+constexpr int kKQuantRows = 4;
+#define SALVO_PACK_KQUANT_DISPATCH SALVO_PACK_DISPATCH
+#else
+constexpr int kKQuantRows = 8;
+#define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
+  SALVO_PACK_DISPATCH(name##_upto4, kernel)                                                  \
+  SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
+                              float* out) {                                                  \
+    if (n_acts == 8) return kernel<8>(n, g, a, s, out);                                      \
+    if (n_acts > 4) {                                                                        \
+      name##_upto4(n, g, a, s, 4, out);                                                      \
+      a = static_cast<const uint8_t*>(a) + 4 * s;                                            \
+      out += 4 * kPackRows;                                                                  \
+      n_acts -= 4;                                                                           \
+    }                                                                                        \
+    name##_upto4(n, g, a, s, n_acts, out);                                                   \
+  }
+#endif
+constexpr int kLegacyRows = 4;
+
+SALVO_PACK_KQUANT_DISPATCH(packed_q4k, q4k)
+SALVO_PACK_KQUANT_DISPATCH(packed_q6k, q6k)
 SALVO_PACK_DISPATCH(packed_q4_0, q4_0)
 SALVO_PACK_DISPATCH(packed_q4_1, q4_1)
 SALVO_PACK_DISPATCH(packed_q5_0, q5_0)
 SALVO_PACK_DISPATCH(packed_q8_0, q8_0)
 
+#undef SALVO_PACK_KQUANT_DISPATCH
 #undef SALVO_PACK_DISPATCH
 
 }  // namespace
 
 void SALVO_PACK_FILL(CpuKernels& k) {
-  static_assert(kMaxPackedActs == 4, "the dispatch above covers 1..4 rows");
-  k.packed[static_cast<int>(WeightKind::kQ4_K)] = packed_q4k;
-  k.packed[static_cast<int>(WeightKind::kQ6_K)] = packed_q6k;
-  k.packed[static_cast<int>(WeightKind::kQ4_0)] = packed_q4_0;
-  k.packed[static_cast<int>(WeightKind::kQ4_1)] = packed_q4_1;
-  k.packed[static_cast<int>(WeightKind::kQ5_0)] = packed_q5_0;
-  k.packed[static_cast<int>(WeightKind::kQ8_0)] = packed_q8_0;
+  static_assert(kKQuantRows <= kMaxPackedActs && kLegacyRows <= kMaxPackedActs);
+  const auto set = [&k](WeightKind kind, PackedGroupFn kernel, int rows) {
+    k.packed[static_cast<int>(kind)] = kernel;
+    k.packed_rows[static_cast<int>(kind)] = rows;
+  };
+  set(WeightKind::kQ4_K, packed_q4k, kKQuantRows);
+  set(WeightKind::kQ6_K, packed_q6k, kKQuantRows);
+  set(WeightKind::kQ4_0, packed_q4_0, kLegacyRows);
+  set(WeightKind::kQ4_1, packed_q4_1, kLegacyRows);
+  set(WeightKind::kQ5_0, packed_q5_0, kLegacyRows);
+  set(WeightKind::kQ8_0, packed_q8_0, kLegacyRows);
 }
 
 }  // namespace salvo::cpu
