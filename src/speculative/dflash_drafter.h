@@ -34,8 +34,8 @@ class DflashDrafter : public Drafter {
   // 7 nodes, as deep as the block reaches: one block pass drafts every depth, so a depth cap
   // below the block only drops drafted tokens. 7 nodes and the root are 8 rows, one 8-column
   // int8 mma tile on CUDA: the 9th row starts a second tile (H200, Qwen2.5-Coder-1.5B, greedy
-  // ms: 1 row 1.39, 4 2.00, 8 2.23, 9 2.91, 16 3.23), and on a CPU a third call of the packed
-  // kernels (4 rows a call). bench_spec on the H200 (38 prompts), fixed adapter trees of 7 / 8
+  // ms: 1 row 1.39, 4 2.00, 8 2.23, 9 2.91, 16 3.23), and on a CPU one more call of the packed
+  // kernels (8 or 4 rows a call). bench_spec on the H200 (38 prompts), fixed adapter trees of 7 / 8
   // nodes against plain: code 1.45 / 1.24, math 2.26 / 1.85, chat 1.04 / 0.89, grounded
   // 1.70 / 1.42 (tokens a pass 2.91 / 3.02 on code); --spec auto with 7 / 8: code 1.35 /
   // 1.35, math 2.16 / 2.15, chat 0.99 / 0.98, grounded 1.56 / 1.52.
