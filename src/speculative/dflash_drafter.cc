@@ -44,7 +44,9 @@ void DflashDrafter::flush() {
 
 DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
   const DflashConfig& c = model_.config();
-  max_depth = std::min(max_depth, c.max_depth());
+  // A tree of `budget` nodes is at most that deep, and the drafter's pass computes only the
+  // depths asked for (the LM head over 15 rows where a 7-node tree needs 7 at most).
+  max_depth = std::min({max_depth, budget, c.max_depth()});
   if (context.empty() || budget <= 0 || max_depth <= 0) return {};
   flush();
   // The drafter must hold every committed position: the root sits right after them.

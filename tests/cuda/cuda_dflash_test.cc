@@ -391,9 +391,12 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
         // has to hold at most depths (session 11's 128-key attention splits: 11/15 at a
         // 240-token context, rank gap 0.047). Session 14, the first run with the real
         // SmolLM2-135M: 0.102 at a 40-token context (top-1 15/15, top-8 114/120), so 0.15.
+        // Session 18, the shipped three-layer Qwen drafter (sharper logits than a random one):
+        // max |logprob err| 0.10-0.18 with Q8_0 on the device, 0.024-0.047 with
+        // SALVO_DFLASH_CUDA_F16=1 (top-1 15/15 either way), so Q8_0's rounding, bounded at 0.25.
         EXPECT_GE(r.top1_agree, r.depths / 2);
         EXPECT_GE(r.overlap, r.slots * 8 / 10);
-        EXPECT_LT(r.max_logprob_err, 0.1);
+        EXPECT_LT(r.max_logprob_err, 0.25);
         EXPECT_LT(r.worst_rank_gap, 0.15);
 
         // The adapter's scores for every parent the tree may use, on the device's candidates.
@@ -419,6 +422,30 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
           std::printf("%s / %s: context %d: adapter scores NMSE %.3g over %zu\n", path.c_str(),
                       dir.c_str(), at, e, got.size());
           EXPECT_LT(e, 1e-3);
+        }
+
+        // A shallower pass computes only its depths (its own graph, fewer LM head rows): every
+        // kernel is row invariant, so they match the full pass's first depths bit for bit.
+        const int shallow = std::min(D, 7);
+        std::vector<std::vector<float>> full_scores;
+        if (cd.has_adapter()) {
+          for (int depth = 1; depth <= shallow; ++depth) {
+            const int32_t prev = depth == 1 ? root : gpu_depths[depth - 2].tokens[0];
+            std::vector<float>& sc = full_scores.emplace_back(gpu_depths[depth - 1].size());
+            runner.adapter_scores(depth, prev, gpu_depths[depth - 1].tokens, sc.data());
+          }
+        }
+        std::vector<Candidates> part;
+        runner.draft(root, shallow, width, tc.n_vocab, part);
+        ASSERT_EQ(static_cast<int>(part.size()), shallow);
+        for (int d = 0; d < shallow; ++d) {
+          EXPECT_EQ(part[d].tokens, gpu_depths[d].tokens) << "depth " << d + 1;
+          EXPECT_EQ(part[d].logprobs, gpu_depths[d].logprobs) << "depth " << d + 1;
+          if (!cd.has_adapter()) continue;
+          const int32_t prev = d == 0 ? root : part[d - 1].tokens[0];
+          std::vector<float> sc(part[d].size());
+          runner.adapter_scores(d + 1, prev, part[d].tokens, sc.data());
+          EXPECT_EQ(sc, full_scores[d]) << "adapter scores, depth " << d + 1;
         }
       }
     }

@@ -21,6 +21,7 @@
 #include "backends/cuda/cuda_backend.h"
 #include "backends/cuda/cuda_model.h"
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
 #include "quant/fp16.h"
 
@@ -29,7 +30,7 @@ namespace {
 
 struct DeviceDflashLayer {
   const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
-  MatmulParams q, k, v, o, gate, up, down;
+  DeviceLinear q, k, v, o, gate, up, down;
 };
 
 class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<DeviceDflash> {
@@ -47,7 +48,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
                            " exceeds the CUDA runner's " + std::to_string(kMaxTopCandidates));
     }
     top_k = std::max(8, c.adapter_top_k);  // 8: the drafter's sibling cap (dflash_drafter.cc)
-    SALVO_RETURN_IF_ERROR(upload_matrix(m.fc(), true, &fc));
+    SALVO_RETURN_IF_ERROR(upload_matrix(m.fc(), true, &fc.shape));
     SALVO_RETURN_IF_ERROR(upload_vector(m.hidden_norm(), &hidden_norm));
     SALVO_RETURN_IF_ERROR(upload_vector(m.mask_embd(), &mask_embd));
     SALVO_RETURN_IF_ERROR(upload_vector(m.output_norm(), &output_norm));
@@ -57,10 +58,12 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       SALVO_RETURN_IF_ERROR(upload_vector(l.q_norm, &d.q_norm));
       SALVO_RETURN_IF_ERROR(upload_vector(l.k_norm, &d.k_norm));
       SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, &d.ffn_norm));
-      const std::pair<const WeightView*, MatmulParams*> matrices[] = {
+      const std::pair<const WeightView*, DeviceLinear*> matrices[] = {
           {&l.q, &d.q},       {&l.k, &d.k},   {&l.v, &d.v},      {&l.o, &d.o},
           {&l.gate, &d.gate}, {&l.up, &d.up}, {&l.down, &d.down}};
-      for (const auto& [w, p] : matrices) SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, p));
+      for (const auto& [w, p] : matrices) {
+        SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, &p->shape));
+      }
     }
     if (m.has_adapter()) {
       SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_h(), false, &a_h));
@@ -75,7 +78,8 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   DflashConfig config;
   DeviceHeads heads;
   int top_k = 0;  // candidates per depth the runner computes
-  MatmulParams fc, a_h, a_e, b;
+  DeviceLinear fc;
+  MatmulParams a_h, a_e, b;
   const float *hidden_norm = nullptr, *mask_embd = nullptr, *output_norm = nullptr;
   std::vector<DeviceDflashLayer> layers;
 
@@ -160,7 +164,7 @@ class DeviceDflashRunner : public DflashRunner {
     use_graph_ = graphs == nullptr || std::string(graphs) != "0";
   }
   ~DeviceDflashRunner() override {
-    if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+    clear_graphs();
     if (stream_ != nullptr) {
       matmul_release(stream_);
       cudaStreamDestroy(stream_);
@@ -171,7 +175,7 @@ class DeviceDflashRunner : public DflashRunner {
     const DflashConfig& c = d_->config;
     const size_t f = sizeof(float);
     const size_t B = c.block_size, D = c.max_depth(), K = d_->top_k;
-    const size_t n_parents = 1 + (D - 1) * K;
+    const size_t n_parents = this->n_parents(static_cast<int>(D));
     const size_t n_vocab = d_->heads.output.n_out;
     SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
     SALVO_RETURN_IF_ERROR(matmul_prepare(stream_));  // before the draft pass's graph capture
@@ -186,9 +190,9 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(gate_.reserve(B * c.n_ff * f));
     SALVO_RETURN_IF_ERROR(up_.reserve(B * c.n_ff * f));
     SALVO_RETURN_IF_ERROR(logits_.reserve(D * n_vocab * f));
-    xq_capacity_ = B * std::max<size_t>(c.n_embd, c.n_ff);
-    SALVO_RETURN_IF_ERROR(xq_.reserve(xq_capacity_));
-    SALVO_RETURN_IF_ERROR(xq_meta_.reserve((xq_capacity_ / 32 + B) * sizeof(Q8Meta)));
+    const size_t xq_values = B * std::max<size_t>(c.n_embd, c.n_ff);
+    SALVO_RETURN_IF_ERROR(xq_.reserve(xq_values));
+    SALVO_RETURN_IF_ERROR(xq_meta_.reserve((xq_values / 32 + B) * sizeof(Q8Meta)));
     // [root, committed, positions[B], slots[B], seq ids[B], subtree ends[B]]
     SALVO_RETURN_IF_ERROR(meta_.reserve((2 + 4 * B) * sizeof(int32_t)));
     SALVO_RETURN_IF_ERROR(meta_host_.reserve((2 + 4 * B) * sizeof(int32_t)));
@@ -235,9 +239,9 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(obs_k_.reserve(rows * c.kv_width() * f));
     SALVO_RETURN_IF_ERROR(obs_v_.reserve(rows * c.kv_width() * f));
     SALVO_RETURN_IF_ERROR(obs_meta_.reserve(3 * rows * sizeof(int32_t)));
-    obs_xq_capacity_ = rows * std::max<size_t>(c.feature_width(), c.n_embd);
-    SALVO_RETURN_IF_ERROR(obs_xq_.reserve(obs_xq_capacity_));
-    SALVO_RETURN_IF_ERROR(obs_xq_meta_.reserve((obs_xq_capacity_ / 32 + rows) * sizeof(Q8Meta)));
+    const size_t obs_xq_values = rows * std::max<size_t>(c.feature_width(), c.n_embd);
+    SALVO_RETURN_IF_ERROR(obs_xq_.reserve(obs_xq_values));
+    SALVO_RETURN_IF_ERROR(obs_xq_meta_.reserve((obs_xq_values / 32 + rows) * sizeof(Q8Meta)));
     // [positions[n], slots[n], seq ids[n]]: slot i holds position i.
     std::vector<int32_t> meta(3 * rows, 0);
     for (int32_t i = 0; i < n; ++i) meta[i] = meta[n + i] = first + i;
@@ -254,14 +258,17 @@ class DeviceDflashRunner : public DflashRunner {
                        .subtree_end = nullptr,
                        .committed = nullptr};
     float* cx = obs_c_.get<float>();
-    // c = RMSNorm(fc F) * hidden_norm: [n, n_embd]; per layer, context K/V skip attn_norm.
-    linear(d_->fc, obs_features_.get<float>(), n, cx, true);
-    rms_norm(cx, d_->hidden_norm, cx, n, c.n_embd, c.rms_eps, stream_);
+    // c = RMSNorm(fc F) * hidden_norm: [n, n_embd]; per layer, context K/V skip attn_norm, so
+    // every layer's K/V matmuls (one launch a layer) read the int8 form of c the norm writes.
+    const Q8Buffer xq{obs_xq_.get<int8_t>(), obs_xq_meta_.get<Q8Meta>()};
+    linear(d_->fc, obs_features_.get<float>(), n, cx, xq, stream_);
+    const DeviceDflashLayer& l0 = d_->layers[0];
+    const Q8Out cq = q8_for(xq, n, {&l0.k, &l0.v});
+    rms_norm_q8(cx, nullptr, d_->hidden_norm, cx, n, c.n_embd, c.rms_eps, cq, stream_);
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceDflashLayer& l = d_->layers[il];
       float *k = obs_k_.get<float>(), *v = obs_v_.get<float>();
-      linear(l.k, cx, n, k, true);
-      linear(l.v, cx, n, v, true);
+      linears({{&l.k, k}, {&l.v, v}}, cx, as_rows(cq), n, stream_);
       rms_norm(k, l.k_norm, k, static_cast<int64_t>(n) * c.n_head_kv, c.head_dim, c.rms_eps,
                stream_);
       rope(k, positions, n, c.n_head_kv, c.head_dim, c.head_dim, c.rope_base, RopeMode::kRopeNeox,
@@ -290,34 +297,45 @@ class DeviceDflashRunner : public DflashRunner {
     }
     SALVO_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), m, (2 + 4 * B) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
+    // The LM head, the top-k and the adapter's rows grow with the depths computed: a pass asked
+    // for at most kShallowDepths (an 8-row mma tile; the default 7-node trees) computes that
+    // many, a deeper one all. Two graphs, not one per depth: each capture costs a few ms, which
+    // SpecPolicy would take for the drafter's cost at that depth.
+    const int rows = depth <= kShallowDepths ? std::min(kShallowDepths, D) : D;
     if (!use_graph_) {
-      enqueue_draft(n_tokens);
+      enqueue_draft(n_tokens, rows);
     } else {
-      if (graph_ == nullptr || graph_n_tokens_ != n_tokens) {
-        if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
+      if (graph_n_tokens_ != n_tokens) clear_graphs();
+      graph_n_tokens_ = n_tokens;
+      graphs_.resize(D + 1, nullptr);
+      cudaGraphExec_t& exec = graphs_[rows];
+      if (exec == nullptr) {
         cudaGraph_t graph;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_draft(n_tokens);
+        enqueue_draft(n_tokens, rows);
         SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
-        SALVO_CUDA_CHECK(cudaGraphInstantiate(&graph_, graph, 0));
+        SALVO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaGraphDestroy(graph);
-        graph_n_tokens_ = n_tokens;
       }
-      SALVO_CUDA_CHECK(cudaGraphLaunch(graph_, stream_));
+      SALVO_CUDA_CHECK(cudaGraphLaunch(exec, stream_));
     }
-    const size_t n_ids = 1 + static_cast<size_t>(D) * K, n_lp = static_cast<size_t>(D) * K;
-    const size_t n_scores = c.has_adapter() ? static_cast<size_t>(n_parents()) * K : 0;
+    // The outputs keep the layout of D depths; only the first `depth` are filled and copied.
+    const size_t n_ids = 1 + static_cast<size_t>(D) * K, n_lp = static_cast<size_t>(depth) * K;
+    const size_t n_scores = c.has_adapter() ? static_cast<size_t>(n_parents(depth)) * K : 0;
+    const size_t lp_at = n_ids * 4, scores_at = (n_ids + static_cast<size_t>(D) * K) * 4;
     uint8_t* out = out_host_.get<uint8_t>();
-    SALVO_CUDA_CHECK(cudaMemcpyAsync(out, ids_.get(), n_ids * 4, cudaMemcpyDeviceToHost, stream_));
-    SALVO_CUDA_CHECK(cudaMemcpyAsync(out + n_ids * 4, logprobs_.get(), n_lp * 4,
-                                     cudaMemcpyDeviceToHost, stream_));
+    const size_t ids_bytes = (1 + static_cast<size_t>(depth) * K) * 4;
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(out, ids_.get(), ids_bytes, cudaMemcpyDeviceToHost, stream_));
+    SALVO_CUDA_CHECK(
+        cudaMemcpyAsync(out + lp_at, logprobs_.get(), n_lp * 4, cudaMemcpyDeviceToHost, stream_));
     if (n_scores > 0) {
-      SALVO_CUDA_CHECK(cudaMemcpyAsync(out + (n_ids + n_lp) * 4, scores_.get(), n_scores * 4,
+      SALVO_CUDA_CHECK(cudaMemcpyAsync(out + scores_at, scores_.get(), n_scores * 4,
                                        cudaMemcpyDeviceToHost, stream_));
     }
+    drafted_depth_ = depth;
     SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const int32_t* ids = reinterpret_cast<const int32_t*>(out) + 1;
-    const float* logprobs = reinterpret_cast<const float*>(out + n_ids * 4);
+    const float* logprobs = reinterpret_cast<const float*>(out + lp_at);
     depths.resize(depth);
     for (int d = 0; d < depth; ++d) {
       Candidates& cd = depths[d];
@@ -334,7 +352,7 @@ class DeviceDflashRunner : public DflashRunner {
                       float* scores) override {
     const DflashConfig& c = d_->config;
     const int D = c.max_depth(), K = d_->top_k;
-    SALVO_CHECK(c.has_adapter() && depth >= 1 && depth <= D &&
+    SALVO_CHECK(c.has_adapter() && depth >= 1 && depth <= drafted_depth_ &&
                 static_cast<int>(candidates.size()) <= K);
     const int32_t* ids = out_host_.get<int32_t>() + 1;  // [D][K]
     const float* all_scores =
@@ -353,7 +371,16 @@ class DeviceDflashRunner : public DflashRunner {
   }
 
  private:
-  int n_parents() const { return 1 + (d_->config.max_depth() - 1) * d_->top_k; }
+  static constexpr int kShallowDepths = 8;
+  // Adapter rows for a pass to `depth`: the root and the candidates of depths 1..depth - 1.
+  int n_parents(int depth) const { return 1 + (depth - 1) * d_->top_k; }
+
+  void clear_graphs() {
+    for (cudaGraphExec_t exec : graphs_) {
+      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    }
+    graphs_.clear();
+  }
 
   KvLayerView layer_view(int il) const {
     const int w = d_->config.kv_width();
@@ -390,36 +417,18 @@ class DeviceDflashRunner : public DflashRunner {
         partial_.reserve(attention_scratch_bytes(c.block_size, c.n_head, capacity_, c.head_dim)));
     SALVO_RETURN_IF_ERROR(
         counts_.reserve(static_cast<size_t>(c.block_size) * c.n_head * sizeof(int)));
-    if (graph_ != nullptr) cudaGraphExecDestroy(graph_);
-    graph_ = nullptr;
+    clear_graphs();
     return Status();
   }
 
-  // The integer kernels (the target's quantized LM head) take x quantized into this runner's
-  // own buffer: a captured graph must not point at memory another stream or caller may move.
-  // The context rows of observe() take obs_xq_ (grown to their count) instead.
-  void linear(const MatmulParams& shape, const float* x, int n, float* y, bool observing = false) {
-    MatmulParams p = shape;
-    p.x = x;
-    p.n_rows = n;
-    p.y = y;
-    if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, p.type))) {
-      DeviceBuffer& q = observing ? obs_xq_ : xq_;
-      DeviceBuffer& meta = observing ? obs_xq_meta_ : xq_meta_;
-      SALVO_CHECK_MSG(
-          static_cast<size_t>(n) * p.n_in <= (observing ? obs_xq_capacity_ : xq_capacity_),
-          "drafter matmul input wider than its int8 buffer");
-      quantize_rows(x, n, p.n_in, q.get<int8_t>(), meta.get<Q8Meta>(), n, stream_);
-      p.xq = {q.get<int8_t>(), meta.get<Q8Meta>(), n};
-    }
-    matmul(p, stream_);
-  }
-
-  // Every kernel of a draft pass (captured into the graph). Reads meta_: root, committed count,
-  // and the block rows' positions, slots, sequence ids and subtree ends.
-  void enqueue_draft(int32_t n_tokens) {
+  // Every kernel of a draft pass to `depth` (captured into a graph). Reads
+  // meta_: root, committed count, and the block rows' positions, slots, sequence ids and subtree
+  // ends. As in the target's pass, each norm or activation writes the int8 form of its output
+  // for the matmuls that read it (Q/K/V and gate/up one launch each), and h carries a block's
+  // output into the next norm's residual add.
+  void enqueue_draft(int32_t n_tokens, int depth) {
     const DflashConfig& c = d_->config;
-    const int B = c.block_size, D = c.max_depth(), K = d_->top_k, ne = c.n_embd;
+    const int B = c.block_size, K = d_->top_k, ne = c.n_embd;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* positions = meta + 2;
     const BatchView bv{.n_rows = B,
@@ -431,16 +440,20 @@ class DeviceDflashRunner : public DflashRunner {
     float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = kb_.get<float>(),
           *v = vb_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
           *up = up_.get<float>(), *y = y_.get<float>();
+    const Q8Buffer xq{xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()};
+    auto q8 = [&](int n, std::initializer_list<const DeviceLinear*> users) {
+      return q8_for(xq, n, users);
+    };
     // x: [B, n_embd] = [E(root), mask, ..., mask]
     SALVO_CUDA_CHECK(cudaMemcpyAsync(x, x_init_.get(), static_cast<size_t>(B) * ne * sizeof(float),
                                      cudaMemcpyDeviceToDevice, stream_));
     embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, meta, 1, x, stream_);
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceDflashLayer& l = d_->layers[il];
-      rms_norm(x, l.attn_norm, h, B, ne, c.rms_eps, stream_);
-      linear(l.q, h, B, q);  // [B, n_head * head_dim]
-      linear(l.k, h, B, k);  // [B, n_head_kv * head_dim]
-      linear(l.v, h, B, v);
+      const Q8Out hq = q8(B, {&l.q, &l.k, &l.v});
+      rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, B, ne, c.rms_eps, hq, stream_);
+      // q: [B, n_head * head_dim], k and v: [B, n_head_kv * head_dim]
+      linears({{&l.q, q}, {&l.k, k}, {&l.v, v}}, h, as_rows(hq), B, stream_);
       rms_norm(q, l.q_norm, q, static_cast<int64_t>(B) * c.n_head, c.head_dim, c.rms_eps, stream_);
       rms_norm(k, l.k_norm, k, static_cast<int64_t>(B) * c.n_head_kv, c.head_dim, c.rms_eps,
                stream_);
@@ -458,6 +471,7 @@ class DeviceDflashRunner : public DflashRunner {
                      .base = c.rope_base,
                      .mode = RopeMode::kRopeNeox},
                     stream_);
+      const Q8Out aq = c.head_dim % 32 == 0 ? q8(B, {&l.o}) : Q8Out{};
       attention({.batch = bv,
                  .kv = kvl,
                  .q = q,
@@ -471,50 +485,75 @@ class DeviceDflashRunner : public DflashRunner {
                  .block_visible = true,
                  .partial = partial_.get<float>(),
                  .split_counts = counts_.get<int>(),
-                 .out_q8 = {}},
+                 .out_q8 = aq},
                 stream_);
-      linear(l.o, attn, B, h);
-      add_rms_norm(x, h, l.ffn_norm, h, B, ne, c.rms_eps, stream_);  // x += attention
-      linear(l.gate, h, B, gate);
-      linear(l.up, h, B, up);
-      silu_mul(gate, up, static_cast<int64_t>(B) * c.n_ff, stream_);
-      linear(l.down, gate, B, h);
-      add(x, h, static_cast<int64_t>(B) * ne, stream_);
+      if (aq.q != nullptr) {
+        linears({{&l.o, h}}, attn, as_rows(aq), B, stream_);
+      } else {
+        linear(l.o, attn, B, h, xq, stream_);
+      }
+      const Q8Out fq = q8(B, {&l.gate, &l.up});
+      rms_norm_q8(x, h, l.ffn_norm, h, B, ne, c.rms_eps, fq, stream_);  // x += attention
+      linears({{&l.gate, gate}, {&l.up, up}}, h, as_rows(fq), B, stream_);
+      const Q8Out gq = q8(B, {&l.down});
+      gated_act_q8(GatedAct::kSilu, gate, up, B, c.n_ff, gq, stream_);
+      linears({{&l.down, h}}, gate, as_rows(gq), B, stream_);
     }
-    rms_norm(x, d_->output_norm, y, B, ne, c.rms_eps, stream_);  // y: [B, n_embd]
-    // Depths 1..D: the LM head reads its weights once for all D rows.
-    MatmulParams head = d_->heads.output;  // ids below n_tokens: the head's first rows
-    head.n_out = std::min<int64_t>(head.n_out, n_tokens);
-    linear(head, y + ne, D, logits_.get<float>());
+    // Depths 1..depth: y rows 1..depth = RMSNorm(x + h) (row 0, the root, has no logits), and
+    // the LM head reads its weights once for all of them.
+    const DeviceLinear head{.shape = d_->heads.output};
+    const Q8Out yq = q8(depth, {&head});
+    rms_norm_q8(x + ne, h + ne, d_->output_norm, y + ne, depth, ne, c.rms_eps, yq, stream_);
+    MatmulParams p = head.shape;  // ids below n_tokens: the head's first rows
+    p.n_out = std::min<int64_t>(p.n_out, n_tokens);
+    p.x = y + ne;
+    p.xq = as_rows(yq);
+    p.n_rows = depth;
+    p.y = logits_.get<float>();
+    if (yq.q == nullptr) {
+      linear({.shape = p}, y + ne, depth, logits_.get<float>(), xq, stream_);
+    } else {
+      matmul(p, stream_);
+    }
     int32_t* ids = ids_.get<int32_t>();  // [root, candidates[D][K]]
-    top_candidates(logits_.get<float>(), D, static_cast<int>(head.n_out), n_tokens, K, ids + 1,
+    top_candidates(logits_.get<float>(), depth, static_cast<int>(p.n_out), n_tokens, K, ids + 1,
                    logprobs_.get<float>(), top_scratch_.get(), stream_);
     if (c.has_adapter()) {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
-      // 1..D-1's candidates, which are contiguous behind it in ids), scored against the child
-      // depth's candidates' LM head rows.
-      const int R = n_parents(), H = c.adapter_hidden;
+      // 1..depth-1's candidates, which are contiguous behind it in ids), scored against the
+      // child depth's candidates' LM head rows.
+      const int R = n_parents(depth), H = c.adapter_hidden;
       SALVO_CUDA_CHECK(
           cudaMemcpyAsync(ids, meta, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
       embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, ids, R,
             parent_embd_.get<float>(), stream_);
-      linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>());
-      linear(d_->a_h, y + ne, D, ah_.get<float>());
+      float_linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>());
+      float_linear(d_->a_h, y + ne, depth, ah_.get<float>());
       adapter_activation(ah_.get<float>(), ae_.get<float>(), R, H, K, stream_);
-      linear(d_->b, ae_.get<float>(), R, bu_.get<float>());
-      embed(d_->heads.output.type, d_->heads.output.w, ne, ids + 1, D * K, cand_rows_.get<float>(),
-            stream_);
+      float_linear(d_->b, ae_.get<float>(), R, bu_.get<float>());
+      embed(d_->heads.output.type, d_->heads.output.w, ne, ids + 1, static_cast<int64_t>(depth) * K,
+            cand_rows_.get<float>(), stream_);
       ::salvo::cuda::adapter_scores(y, bu_.get<float>(), cand_rows_.get<float>(), R, ne, K,
                                     scores_.get<float>(), stream_);
     }
     SALVO_CUDA_CHECK(cudaGetLastError());
   }
 
+  // The adapter's F32 matrices (the float kernel: no int8 input).
+  void float_linear(const MatmulParams& shape, const float* x, int n, float* y) {
+    MatmulParams p = shape;
+    p.x = x;
+    p.n_rows = n;
+    p.y = y;
+    matmul(p, stream_);
+  }
+
   std::shared_ptr<const DeviceDflash> d_;
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true;
-  cudaGraphExec_t graph_ = nullptr;
+  std::vector<cudaGraphExec_t> graphs_;  // [depths computed], for graph_n_tokens_
   int32_t graph_n_tokens_ = -1;
+  int drafted_depth_ = 0;  // depths the last draft copied back
   int32_t n_positions_ = 0;
   int capacity_ = 0;
   std::vector<DeviceBuffer> k_, v_;  // per layer: [capacity, kv_width]
@@ -524,11 +563,9 @@ class DeviceDflashRunner : public DflashRunner {
       logprobs_, top_scratch_;
   DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
   DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
-  size_t xq_capacity_ = 0;     // int8 values xq_ holds
   PinnedBuffer meta_host_, out_host_;
   // observe().
   DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_, obs_xq_, obs_xq_meta_;
-  size_t obs_xq_capacity_ = 0;
 };
 
 Expected<std::unique_ptr<DflashRunner>> DeviceDflash::new_runner() const {
