@@ -101,7 +101,8 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
     drafter_tree_ = request.spec.tree;
     drafter_vocab_ = request.spec.vocab;
     drafter_seed_ = request.sampling.seed;
-    policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto);
+    policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto,
+                         drafter_ && drafter_->drafts_all_depths_at_once());
   } else {
     policy_.new_text();
   }

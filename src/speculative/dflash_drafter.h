@@ -40,6 +40,7 @@ class DflashDrafter : public Drafter {
   // 1.70 / 1.42 (tokens a pass 2.91 / 3.02 on code); --spec auto with 7 / 8: code 1.35 /
   // 1.35, math 2.16 / 2.15, chat 0.99 / 0.98, grounded 1.56 / 1.52.
   std::pair<int, int> default_caps() const override { return {7, model_.config().max_depth()}; }
+  bool drafts_all_depths_at_once() const override { return true; }
   std::span<const int32_t> hidden_layers() const override { return model_.config().target_layers; }
   void observe(int32_t first, int32_t n, const float* features) override;
   int32_t observed() const override { return runner_->n_positions() + pending_rows(); }

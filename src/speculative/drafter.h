@@ -84,6 +84,10 @@ class Drafter {
   virtual std::string name() const = 0;
   // The tree caps where the request names none (SpecOptions::kDrafterCaps): {budget, depth}.
   virtual std::pair<int, int> default_caps() const { return {16, 8}; }
+  // Whether one pass of the drafter gives every depth (a DFlash block pass), so that a deeper
+  // tree costs it about as much as a shallow one; otherwise it runs once per level (a draft
+  // model). SpecPolicy then sizes its trees by node budget (SpecPolicy's budget trees).
+  virtual bool drafts_all_depths_at_once() const { return false; }
 
   // Drafters conditioned on the target's hidden states (DFlash): the target blocks whose
   // outputs they read. The Sequence then asks every pass for them and calls observe() with

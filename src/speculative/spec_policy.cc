@@ -48,6 +48,15 @@ double SpecPolicy::pass_ms(int rows) const {
   if (has_lo && has_hi) {
     const double t = static_cast<double>(rows - lo) / (hi - lo);
     estimate = t_lo + t * (bound - t_lo);
+  } else if (has_lo && lo > 1 && (rows >= n || pass_ms_by_rows_[rows] == 0)) {
+    // A count never measured (a first pass is not kept), wider than every measured one: as dear
+    // as the widest, so that it is tried and measured. The line from the one-row pass
+    // overestimates where the cost is a step function of the rows (CUDA: 2 rows 1.58 ms, 3 2.03,
+    // 4 2.00, 8 2.24, 9 2.91 on the H200), and a count the estimate makes look dear is never
+    // chosen, so never corrected: session 18's --spec auto measured 3 rows and priced 8 at 3.5
+    // ms. Where the wider count is dearer (a CPU), its first two passes say so and the line
+    // takes over.
+    estimate = t_lo;
   } else if (has_lo && lo > 1 && usable(1)) {
     // Beyond the usable counts: along the line from the one-row pass to the widest of them.
     const double slope = std::max(0.0, (t_lo - pass_ms_by_rows_[1]) / (lo - 1));
@@ -64,9 +73,11 @@ double SpecPolicy::pass_ms(int rows) const {
 std::vector<double> SpecPolicy::acceptance_curve(int depth, bool chain) const {
   // Each depth's prior is the estimate of the depth above it: a depth not tried lately is
   // assumed as good as the last one measured, so deeper trees get explored. A shape's own
-  // counts then sit on the pooled estimate of both shapes, moved halfway to 1 while the shape
-  // is untried (lately): otherwise the pooled figure, made by the other shape, would keep it
-  // from ever being tried.
+  // counts then sit on that prior with the other shape's counts, moved halfway to 1 while the
+  // shape is untried (lately): otherwise the figure the other shape made would keep it from
+  // ever being tried. (The prior once held the shape's own counts too, which counted them
+  // twice: two misses at depth 2 put it at 0.09 where one count gives 0.3, and session 18's
+  // --spec auto drafted 1-deep chains for 90 passes of a code answer.)
   const bool untried = tested_[chain].empty() || tested_[chain][0] < kUntriedCount;
   std::vector<double> curve(depth);
   double pooled = kPriorAcceptance;
@@ -78,10 +89,12 @@ std::vector<double> SpecPolicy::acceptance_curve(int depth, bool chain) const {
         accepted[s] = accepted_[s][d - 1];
       }
     }
+    const double other =
+        (accepted[!chain] + kPriorWeight * pooled) / (tested[!chain] + kPriorWeight);
+    const double prior = untried ? other + kExplore * (1 - other) : other;
+    curve[d - 1] = (accepted[chain] + kPriorWeight * prior) / (tested[chain] + kPriorWeight);
     pooled = (accepted[0] + accepted[1] + kPriorWeight * pooled) /
              (tested[0] + tested[1] + kPriorWeight);
-    const double prior = untried ? pooled + kExplore * (1 - pooled) : pooled;
-    curve[d - 1] = (accepted[chain] + kPriorWeight * prior) / (tested[chain] + kPriorWeight);
   }
   return curve;
 }
@@ -115,7 +128,10 @@ bool SpecPolicy::draft_measured() const {
 // drafter costs nearly the same at any depth (one block pass gives every depth; on a GPU it is
 // ~0.4 of a target pass), a draft model one pass of its own per level: charging every drafter
 // per level, as before, made deep trees look several times dearer than they are for DFlash. With
-// one depth measured the cost is taken as proportional to depth, the cautious guess.
+// one depth measured the cost is taken as proportional to depth, the cautious guess, unless the
+// drafter gives every depth in one pass: then it is that depth's cost. (Session 17 on the H200:
+// the DFlash drafter's first steady-state passes were 1-node trees at 0.75 ms; charged 0.75 ms
+// a level, deeper trees looked dear and --spec auto drafted 1-node trees for 18 passes.)
 double SpecPolicy::draft_cost(int depth) const {
   double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
   for (size_t d = 1; d < draft_ms_by_depth_.size(); ++d) {
@@ -124,17 +140,45 @@ double SpecPolicy::draft_cost(int depth) const {
     n += 1, sx += d, sy += y, sxx += static_cast<double>(d) * d, sxy += d * y;
   }
   if (n == 0) return 0;
-  if (n == 1) return sy / sx * depth;
+  if (n == 1) return budget_trees_ ? sy : sy / sx * depth;
   double b = std::max(0.0, (sxy - sx * sy / n) / (sxx - sx * sx / n));
   double a = (sy - b * sx) / n;
   if (a < 0) a = 0, b = sxy / sxx;  // the best line through the origin
   return a + b * depth;
 }
 
+// A budget tree's tokens per pass, measured per budget: the per-depth acceptance of a chain
+// describes a tree poorly (a 7-node DFlash tree is ~4 deep and branches where the drafter is
+// unsure), and the policy took the rate of its n-node trees for that of n-deep chains. Two
+// things are known about the curve, so they shape the estimate: a tree of n nodes contains the
+// tree of n - 1 (best-first), so it yields no fewer tokens, and the per-depth model (fed by
+// the same passes) gives an optimistic prior (an n-node tree as an n-deep chain) for budgets
+// not measured lately, so they get tried. Where a row is nearly free (the H200 up to 8 rows)
+// the largest budget of the flat stretch then wins as soon as any budget has been measured.
+std::vector<double> SpecPolicy::budget_tokens(int max_budget) const {
+  std::vector<double> tokens(std::max(0, max_budget) + 1, 1.0);
+  if (max_budget < 1) return tokens;
+  const std::vector<double> curve = acceptance_curve(max_budget, /*chain=*/false);
+  double model = 1, reach = 1;
+  for (int n = 1; n <= max_budget; ++n) {
+    reach *= curve[n - 1];
+    model += reach;
+    const bool seen = n < static_cast<int>(budget_passes_.size());
+    const double sum = seen ? budget_tokens_[n] : 0, count = seen ? budget_passes_[n] : 0;
+    const double estimate = (sum + kPriorWeight * model) / (count + kPriorWeight);
+    tokens[n] = std::max(tokens[n - 1], estimate);
+  }
+  return tokens;
+}
+
 double SpecPolicy::expected_rate(DraftSize size) const {
   if (!size.drafting()) {
     const double t = pass_ms(1);
     return t > 0 ? 1 / t : 0;
+  }
+  if (budget_trees_) {
+    const double t = pass_ms(1 + size.budget) + draft_cost(std::min(size.budget, size.depth));
+    return t > 0 ? budget_tokens(size.budget).back() / t : 0;
   }
   const double per_level = nodes_per_level_[is_chain(size)];
   const double nodes =
@@ -148,6 +192,21 @@ DraftSize SpecPolicy::best_size(int max_budget, int max_depth, int depth_limit) 
   DraftSize best = tree_for_depth(deepest, max_budget, max_depth);
   if (pass_ms(1) == 0) return best;  // nothing measured: the caps
   double best_rate = 0;
+  if (budget_trees_) {
+    // Budgets up to the limit (a probe's few nodes), each as deep as the caps allow.
+    const int most = std::min(max_budget, depth_limit > 0 ? depth_limit : max_budget);
+    const std::vector<double> tokens = budget_tokens(most);
+    best = {most, max_depth};
+    for (int n = 1; n <= most; ++n) {
+      const double t = pass_ms(1 + n) + draft_cost(std::min(n, max_depth));
+      const double rate = t > 0 ? tokens[n] / t : 0;
+      if (rate > best_rate) {
+        best_rate = rate;
+        best = {n, max_depth};
+      }
+    }
+    return best;
+  }
   for (int depth = 1; depth <= deepest; ++depth) {
     const DraftSize tree = tree_for_depth(depth, max_budget, max_depth);
     for (const DraftSize size : {tree, DraftSize{depth, depth}}) {
@@ -180,24 +239,35 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   if (!drafting_) {
     if (++plain_passes_since_probe_ < probe_gap_) return {};
     // What the probe would lose if it fails again, with the drafter's catch-up over every token
-    // since it last ran, is paid from what speculation has gained so far plus a small share of
-    // the plain time since the last probe. On text where drafting never pays, probes thus cost
-    // at most that share; a draft model whose catch-up alone costs more than the share is not
-    // probed again unless it has gained before.
+    // since it last ran, is paid from what speculation has gained so far (on this text, and a
+    // share of what it gained on earlier ones) plus a small share of the plain time since the
+    // last probe. On text where drafting never pays, probes thus cost at most that share; a
+    // draft model whose catch-up alone costs more than the share is not probed again unless it
+    // has gained before. (Session 18 on the H200: without the earlier texts' gains, a code
+    // answer whose first passes drafted poorly waited ~70 plain passes for its next probe,
+    // and 2 of 16 code prompts decoded at 1.0x where fixed trees gave 1.4x.)
     const double probe_cost = probe_cost_ms_ + catch_up_ms_per_token_ * plain_run_;
-    if (probe_cost > kProbeShare * plain_ms_since_probe_ + std::max(0.0, gain_ms_)) return {};
+    const double gains =
+        std::max(0.0, gain_ms_) + kEarlierGainShare * std::max(0.0, earlier_gain_ms_);
+    if (probe_cost > kProbeShare * plain_ms_since_probe_ + gains) return {};
     // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
     plain_passes_since_probe_ = 0;
     plain_ms_since_probe_ = 0;
     probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
   }
   // A probe, or the first drafted passes (nothing measured yet), stays shallow: whether drafting
-  // pays shows at the first depths, and deeper trees follow once it does.
-  const bool probing = !drafting_ || drafted_rate_ == 0;
+  // pays shows at the first depths, and deeper trees follow once it does. A budget-tree drafter
+  // costs the same at any depth, and its size is priced from its measured rows already: a
+  // shallow probe would only yield fewer tokens and fail more often.
+  const bool probing = (!drafting_ || drafted_rate_ == 0) && !budget_trees_;
   return best_size(max_budget, max_depth, probing ? kProbeDepth : max_depth);
 }
 
 void SpecPolicy::scale_acceptance(double factor) {
+  for (size_t n = 0; n < budget_passes_.size(); ++n) {
+    budget_tokens_[n] *= factor;
+    budget_passes_[n] *= factor;
+  }
   for (int s = 0; s < 2; ++s) {
     for (size_t d = 0; d < tested_[s].size(); ++d) {
       tested_[s][d] *= factor;
@@ -219,6 +289,7 @@ void SpecPolicy::new_text() {
   probe_gap_ = kFirstProbe;
   start_episode();
   probe_cost_ms_ = 0;
+  earlier_gain_ms_ += gain_ms_;
   gain_ms_ = 0;
   plain_run_ = 0;
   drafted_context_ = 0;
@@ -289,8 +360,20 @@ void SpecPolicy::record(const PassRecord& measured) {
   // Both shapes forget with every drafted pass, so one not tried lately drifts to the pooled
   // estimate and gets tried again.
   scale_acceptance(kForget);
-  std::vector<double>& tested = tested_[pass.chain];
-  std::vector<double>& accepted = accepted_[pass.chain];
+  // Budget trees keep their per-depth counts as trees (the prior of budget_tokens()), whatever
+  // the budget/depth proportion of the size made the pass look like.
+  const bool chain = pass.chain && !budget_trees_;
+  if (budget_trees_) {
+    const size_t nodes = pass.rows - 1;
+    if (budget_passes_.size() <= nodes) {
+      budget_passes_.resize(nodes + 1, 0);
+      budget_tokens_.resize(nodes + 1, 0);
+    }
+    budget_passes_[nodes] += 1;
+    budget_tokens_[nodes] += pass.tokens_emitted;
+  }
+  std::vector<double>& tested = tested_[chain];
+  std::vector<double>& accepted = accepted_[chain];
   if (static_cast<int>(tested.size()) < pass.tested) {
     tested.resize(pass.tested, 0);
     accepted.resize(pass.tested, 0);
@@ -331,7 +414,7 @@ void SpecPolicy::record(const PassRecord& measured) {
     }
   }
   if (pass.tree_depth > 0) {
-    double& per_level = nodes_per_level_[pass.chain];
+    double& per_level = nodes_per_level_[chain];
     per_level = ema(per_level, static_cast<double>(pass.rows - 1) / pass.tree_depth, kAlpha);
   }
   // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
@@ -352,8 +435,10 @@ void SpecPolicy::record(const PassRecord& measured) {
     drafted_ms_ = ema(drafted_ms_, pass.pass_ms + draft_ms, kRateAlpha);
   }
   drafted_rate_ = drafted_tokens_ / drafted_ms_;
-  // Measured tokens per millisecond, drafted against plain.
-  const bool pays = drafted_rate_ > kMargin * expected_rate({});
+  // Measured tokens per millisecond, drafted against plain: drafting starts where it wins by
+  // kMargin and goes on while it does not lose (kKeepMargin): a rate near the margin otherwise
+  // flips on every unlucky pass, and each stop costs the plain passes until the next probe.
+  const bool pays = drafted_rate_ > (drafting_ ? kKeepMargin : kMargin) * expected_rate({});
   // Tokens per pass vary a lot from pass to pass (a tree that yields 2.8 on average yields 1
   // often), so a near miss in an episode's first few passes decides nothing: drafting goes on
   // while the pooled rate is within kNearMiss of paying and the episode has lost at most

@@ -22,12 +22,14 @@
 //     than it may).
 // From these it picks the depth and the shape, a chain (one node per level) or a tree in the
 // user's budget/depth proportion, that maximise expected tokens per millisecond within the
-// user's caps. A tree accepts more per depth, a chain costs fewer rows: where a row is nearly
-// free (a GPU) trees win, where each row adds a quarter of a pass (a CPU past a few rows)
-// chains do. Each shape's acceptance is its own counts over the pooled counts of both as the
-// prior, made optimistic while the shape is untried, so a shape not tried lately gets tried. It
-// falls back to plain decoding while measured drafted passes lose to plain ones, probing again now
-// and then (with growing intervals) in case the text became predictable.
+// user's caps. A drafter that builds its own tree from a node budget in one pass (DFlash) is
+// sized by budget instead, from the tokens its passes yielded per budget (budget_tokens()). A tree
+// accepts more per depth, a chain costs fewer rows: where a row is nearly free (a GPU) trees win,
+// where each row adds a quarter of a pass (a CPU past a few rows) chains do. Each shape's
+// acceptance is its own counts over the pooled counts of both as the prior, made optimistic while
+// the shape is untried, so a shape not tried lately gets tried. It falls back to plain decoding
+// while measured drafted passes lose to plain ones, probing again now and then (with growing
+// intervals) in case the text became predictable.
 //
 // Probes are not free: a drafted pass that loses costs more than the plain pass it replaces, and
 // the first one after plain passes also pays the drafter's catch-up (a draft model runs every
@@ -67,7 +69,12 @@ struct PassRecord {
 class SpecPolicy {
  public:
   // Non-adaptive policies always draft with the caps (the explicit --spec modes).
-  explicit SpecPolicy(bool adaptive = true) : adaptive_(adaptive) {}
+  // budget_trees: the drafter gives every depth in one pass and builds its own tree from a
+  // node budget (DFlash: Drafter::drafts_all_depths_at_once). Its sizes are then budgets
+  // (depth up to the caps), priced by the tokens measured per budget (below), and a depth not
+  // measured costs the drafter what the measured ones do rather than in proportion to depth.
+  explicit SpecPolicy(bool adaptive = true, bool budget_trees = false)
+      : adaptive_(adaptive), budget_trees_(budget_trees) {}
 
   // The tree size for the next pass, within the caps; !drafting(): a plain pass.
   DraftSize next(int max_budget, int max_depth);
@@ -85,6 +92,8 @@ class SpecPolicy {
   double acceptance(int depth, bool chain = false) const;
   double expected_tokens(int depth, bool chain = false) const;  // per pass, bonus included
   double expected_rate(DraftSize size) const;                   // tokens per ms; size 0 = plain
+  // Budget trees: expected tokens per pass (bonus included) of trees of 0..max_budget nodes.
+  std::vector<double> budget_tokens(int max_budget) const;
   double draft_cost(int depth) const;  // the drafter's ms for a tree this deep (0: unknown)
   // The best size within the caps, no deeper than depth_limit (default: max_depth); trees keep
   // the caps' proportion of nodes to depth.
@@ -113,12 +122,17 @@ class SpecPolicy {
   static constexpr int kStalePasses = 64;
   // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
   static constexpr double kPriorRowCost = 0.08;
-  static constexpr double kMargin = 1.05;       // drafting must win by 5% to be kept
-  static constexpr int kFirstProbe = 8;         // plain passes before the first re-probe
-  static constexpr int kMaxProbeGap = 512;      // longest wait between probes
-  static constexpr int kPlainRefresh = 32;      // drafted passes between plain ones that re-measure
-  static constexpr double kClearWin = 1.5;      // drafted over plain rate that needs fewer checks
-  static constexpr double kProbeShare = 0.015;  // of plain time that failed probes may cost
+  static constexpr double kMargin = 1.05;     // drafting must win by 5% to start again
+  static constexpr double kKeepMargin = 1.0;  // ... and not lose, to go on
+  static constexpr int kFirstProbe = 8;       // plain passes before the first re-probe
+  static constexpr int kMaxProbeGap = 512;    // longest wait between probes
+  static constexpr int kPlainRefresh = 32;    // drafted passes between plain ones that re-measure
+  // Drafted over plain rate that needs fewer checks: a plain figure 25% off is needed to turn
+  // such a win into a loss. (At 1.5, code on the H200 at 1.35-1.45x drafted 8 passes to a
+  // plain one: ~2% of its rate.)
+  static constexpr double kClearWin = 1.25;
+  static constexpr double kProbeShare = 0.015;      // of plain time that failed probes may cost
+  static constexpr double kEarlierGainShare = 0.1;  // ... of earlier texts' gains
   // Deepest tree of a probe (and of the first drafted passes): a probe asks whether drafting
   // pays at all, which the first depths answer, and a drafter's cost grows with depth (a DFlash
   // drafter on a CPU runs the LM head once per level), so a failed probe stays cheap.
@@ -147,6 +161,9 @@ class SpecPolicy {
   void add_catch_up(double ms, int missed);
 
   bool adaptive_;
+  bool budget_trees_;
+  // Budget trees: decayed tokens emitted and passes, by the nodes of the tree verified.
+  std::vector<double> budget_tokens_, budget_passes_;
   std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
   std::vector<int> passes_by_rows_;              // [rows] passes seen (the first is not kept)
   std::vector<int> measured_at_by_rows_;         // [rows] recorded_passes_ at the last kept pass
@@ -173,6 +190,9 @@ class SpecPolicy {
   double catch_up_ms_per_token_ = 0;  // the drafter's catch-up per plain pass it missed
   // Time all drafted passes saved against plain passes, catch-up included (negative: lost).
   double gain_ms_ = 0;
+  // The same over the earlier texts (new_text() moves gain_ms_ here); kEarlierGainShare of it
+  // may pay for probes.
+  double earlier_gain_ms_ = 0;
   int plain_run_ = 0;        // plain passes since the last drafted one
   int drafted_context_ = 0;  // PassRecord::context of the last drafted pass
   // The first drafted pass (the drafter's whole catch-up, e.g. a draft model's prompt prefill),
