@@ -193,7 +193,7 @@ DraftSize SpecPolicy::best_size(int max_budget, int max_depth, int depth_limit) 
   if (pass_ms(1) == 0) return best;  // nothing measured: the caps
   double best_rate = 0;
   if (budget_trees_) {
-    // Budgets up to the limit (a probe's few nodes), each as deep as the caps allow.
+    // Budgets up to the caps (or depth_limit), each as deep as the caps allow.
     const int most = std::min(max_budget, depth_limit > 0 ? depth_limit : max_budget);
     const std::vector<double> tokens = budget_tokens(most);
     best = {most, max_depth};
