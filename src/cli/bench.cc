@@ -36,6 +36,7 @@ struct BenchOptions {
   bool verify = false;
   // 9 and 17: an 8- or 16-node tree with its root (on CUDA, one 8-row mma tile more than 8/16).
   std::vector<int> verify_rows = {1, 2, 4, 8, 9, 16, 17, 24, 32, 64};
+  int verify_context = 512;
   bool json = false;
 };
 
@@ -167,22 +168,22 @@ void bench(const BenchOptions& o) {
 
   std::vector<VerifyTime> verify_ms;
   if (o.verify) {
-    constexpr int kContext = 512;
-    KvCache kv(c, 1, kContext + 64);
-    const auto ids = bench_tokens(kContext, c.n_vocab);
+    const int context = o.verify_context;
+    KvCache kv(c, 1, context + 64);
+    const auto ids = bench_tokens(context, c.n_vocab);
     TokenBatch prompt;
-    prompt.add_chain(ids.data(), kContext, 0, 0, true);
+    prompt.add_chain(ids.data(), context, 0, 0, true);
     std::vector<float> logits;
     if (Status st = e.model().forward(e.pool(), prompt, kv, logits); !st.ok()) {
       throw CliError(st.message());
     }
-    kv.commit_prefix(0, kContext);
+    kv.commit_prefix(0, context);
     const bool top = c.n_vocab >= kTopLogits;
     for (int k : o.verify_rows) {
       const int reps = 10 * o.reps;
-      verify_ms.push_back({k, time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kArgmax),
-                           top ? time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kTop) : 0.0,
-                           time_verify_pass(e, kv, kContext, k, reps, LogitsForm::kLogits)});
+      verify_ms.push_back({k, time_verify_pass(e, kv, context, k, reps, LogitsForm::kArgmax),
+                           top ? time_verify_pass(e, kv, context, k, reps, LogitsForm::kTop) : 0.0,
+                           time_verify_pass(e, kv, context, k, reps, LogitsForm::kLogits)});
     }
   }
 
@@ -270,6 +271,11 @@ void add_bench_command(CLI::App& app) {
   add_device_option(cmd, o->device);
   cmd->add_flag("--verify", o->verify,
                 "also time k-row verification passes (k = 1..64) at a 512-token context");
+  // Attention's cost grows with the context in steps (a split of keys per block): --verify-context
+  // shows where.
+  cmd->add_option("--verify-context", o->verify_context,
+                  "the context (tokens) of --verify's passes (default 512)")
+      ->check(CLI::Range(1, 1 << 15));
   // A profile of one shape (e.g. `--verify-rows 16` under nsys) times only the passes asked for;
   // the first is the ratios' base.
   cmd->add_option("--verify-rows", o->verify_rows,

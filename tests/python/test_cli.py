@@ -90,6 +90,14 @@ def test_bench_prints_markdown_table_and_json():
     assert [r["test"] for r in out["results"]] == ["pp16", "tg4"]
 
 
+def test_bench_verify_times_k_row_passes_at_a_given_context():
+    path = model_path_or_skip("smollm2-135m")
+    out = json.loads(salvo("bench", "--model", path, "-p", "0", "-n", "0", "-r", "1", "--verify",
+                           "--verify-rows", "1,4", "--verify-context", "48", "--json").stdout)
+    assert [v["rows"] for v in out["verify"]] == [1, 4]
+    assert all(v["ms"] > 0 for v in out["verify"]) and out["verify"][0]["ratio_to_1"] == 1.0
+
+
 def test_info_names_architecture_and_template():
     path = model_path_or_skip("gemma3-270m")
     proc = salvo("info", path)
@@ -105,6 +113,7 @@ def test_info_names_architecture_and_template():
     (("run", "--model", "smollm2-135m", "-m", "hi", "--top-p", "7"), "top-p"),
     (("run", "--model", "smollm2-135m", "-m", "hi", "--no-such-flag"), "no-such-flag"),
     (("bench", "--model", "smollm2-135m", "-r", "0"), "repetitions"),
+    (("bench", "--model", "smollm2-135m", "--verify", "--verify-context", "0"), "verify-context"),
     (("run", "--model", "smollm2-135m", "-m", "hi", "--device", "gpu"), "--device"),
     (("pull", "no-such-model"), "unknown model"),
     (("frobnicate",), "frobnicate"),

@@ -161,13 +161,26 @@ MatmulVariant default_variant(DType type) {
 }
 
 // Rows up to which the integer variants run the dp4a GEMV instead of the tensor cores (the same
-// bits): kQ8 up to 8; kMma up to 2, where the GEMV measured faster on the H200 for every type
-// once its activation loads stopped waiting on a branch per row (session 14, cuda_matmul_bench,
-// 7B gate matrix, us at 1 / 2 rows, mma against dp4a: Q4_K 20.6 / 26.7 against 21.0 / 25.4,
-// Q5_K 29.2 against 22.5 / 29.3, Q6_K 59.4 / 60.7 against 32.5 / 42.9). From 4 rows on mma wins.
+// bits): kQ8 up to 8; kMma up to 4, where the GEMV measured faster on the H200 for every shape
+// (session 19, cuda_matmul_bench, us at 4 rows, dp4a against mma: 1.5B Q4_K q/o 4.6 / 6.5,
+// gate/up 7.8 / 9.1, down 11.5 / 11.8, LM head 55.6 / 77.2; Q6_K gate/up 10.7 / 17.7, down
+// 16.8 / 20.2, LM head 79.6 / 148; 7B Q4_K gate/up 23.3 / 27.1, down 24.4 / 34.9; a 4-row pass
+// of the random 1.5B 2.01 -> 1.84 ms, 7B 4.58 -> 3.55). At 8 rows mma wins (1.5B pass 2.29
+// against 2.77) but for Q6_K LM heads (matmul_mma.cu: dp4a_rows_at).
+// SALVO_CUDA_DP4A_ROWS=N (1..8) sets kMma's N, for A/B runs (2: the session-18 kernels' choice,
+// without the LM-head rule, which needs N >= 4).
+int env_dp4a_rows() {
+  static const int n = [] {
+    const char* env = std::getenv("SALVO_CUDA_DP4A_ROWS");
+    const int v = env != nullptr ? std::atoi(env) : 0;
+    return v >= 1 && v <= 8 ? v : 0;
+  }();
+  return n;
+}
+
 int dp4a_rows_for(MatmulVariant v) {
   if (v == MatmulVariant::kQ8) return 8;
-  if (v == MatmulVariant::kMma) return 2;
+  if (v == MatmulVariant::kMma) return env_dp4a_rows() > 0 ? env_dp4a_rows() : 4;
   return 0;
 }
 

@@ -1054,6 +1054,18 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
          dp4a_smem_bytes<T, R>(warps), stream, grp);  // 1 piece
 }
 
+// The rows up to which a launch takes the dp4a GEMV: the variant's, and up to 8 for a Q6_K LM
+// head where the variant takes it for 4 rows or more (a function of the shape alone; both
+// kernels give the same bits). Measured on the H200 (session 19, cuda_matmul_bench, us at 8
+// rows, dp4a against mma): Q6_K 1.5B LM head 125 / 155, gate/up 15.7 / 17.9, but down 22.7 /
+// 20.9 and q/o 8.0 / 6.2; Q4_K loses at every 1.5B and 7B shape (7B gate/up 48 / 27).
+template <DType T>
+int dp4a_rows_at(int dp4a_rows, int n_out) {
+  constexpr int kHeadRows = 32768;  // outputs from which a matrix is an LM head
+  if (T == DType::kQ6_K && dp4a_rows >= 4 && n_out >= kHeadRows) return 8;
+  return dp4a_rows;
+}
+
 template <DType T>
 void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
   const int n_rows = grp.m[0].n_rows;
@@ -1091,7 +1103,7 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
       return;
     }
   }
-  if (n_rows <= dp4a_rows) {
+  if (n_rows <= dp4a_rows_at<T>(dp4a_rows, grp.m[0].n_out)) {
     if (n_rows <= 1) return launch_dp4a<T, 1>(grp, warps, stream);
     if (n_rows <= 2) return launch_dp4a<T, 2>(grp, warps, stream);
     if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
