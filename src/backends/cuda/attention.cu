@@ -234,12 +234,52 @@ __device__ __forceinline__ int used_splits(const AttentionParams& p) {
 // row's last possible key hold no partial (or an empty one, l = 0), so the merge stops
 // before them (a 4096-slot cache has 32 splits; a short context uses one). The partials come from
 // other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
+//
+// Two rounds of loads: every split's (max, sum) at once, then every split's output element; the
+// splits' weights exp(m_s - m_all) are computed once, in split order, by one thread (the same
+// operations in the same order as an element's own loop would do them). A merge that read them
+// per element waited on several dependent rounds of L2 loads a split.
+constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
 __device__ void merge_splits(const AttentionParams& p, int n_splits) {
   const int head = blockIdx.x, row = p.row_base + blockIdx.y;
   const int n_used = used_splits(p);
   const int partial_width = 2 + p.head_dim_v;
   const float* partial =
       p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head) * n_splits * partial_width;
+  if (n_used <= kMergeMaxSplits) {
+    __shared__ float split_m[kMergeMaxSplits], split_l[kMergeMaxSplits], split_w[kMergeMaxSplits];
+    __shared__ float l_shared;
+    for (int s = threadIdx.x; s < n_used; s += blockDim.x) {
+      split_m[s] = __ldcg(partial + s * partial_width);
+      split_l[s] = __ldcg(partial + s * partial_width + 1);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float m_all = -FLT_MAX;
+      for (int s = 0; s < n_used; ++s) {
+        if (split_l[s] > 0.0f) m_all = fmaxf(m_all, split_m[s]);
+      }
+      float l_all = 0.0f;
+      for (int s = 0; s < n_used; ++s) {
+        split_w[s] = __expf(split_m[s] - m_all);
+        if (split_l[s] > 0.0f) l_all = __fmaf_rn(split_l[s], split_w[s], l_all);
+      }
+      l_shared = l_all;
+    }
+    __syncthreads();
+    const float l_all = l_shared;
+    // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
+    for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+      float o = 0.0f;
+#pragma unroll 4
+      for (int s = 0; s < n_used; ++s) {
+        const float v = __ldcg(partial + s * partial_width + 2 + d);
+        if (split_l[s] > 0.0f) o = __fmaf_rn(v, split_w[s], o);
+      }
+      write_output(p, head, row, d, __fdiv_rn(o, l_all));
+    }
+    return;
+  }
   float m_all = -FLT_MAX;
   for (int s = 0; s < n_used; ++s) {
     if (__ldcg(partial + s * partial_width + 1) > 0.0f) {
@@ -252,7 +292,6 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
     const float l = __ldcg(ps + 1);
     if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(ps) - m_all), l_all);
   }
-  // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
   for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
     float o = 0.0f;
     for (int s = 0; s < n_used; ++s) {
