@@ -270,7 +270,7 @@ void add_bench_command(CLI::App& app) {
       ->check(CLI::Range(0, 1024));
   add_device_option(cmd, o->device);
   cmd->add_flag("--verify", o->verify,
-                "also time k-row verification passes (k = 1..64) at a 512-token context");
+                "also time k-row verification passes (k = 1..64) at a --verify-context context");
   // Attention's cost grows with the context in steps (a split of keys per block): --verify-context
   // shows where.
   cmd->add_option("--verify-context", o->verify_context,
