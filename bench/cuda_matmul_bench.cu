@@ -1,7 +1,7 @@
 // CUDA matmul check and microbenchmark (not a test: it needs a GPU and prints a report).
 //
-// For every weight type, the matrix shapes of Qwen2.5-1.5B and 7B and rows {1,2,4,8,16,17,24,32,64},
-// per matmul variant:
+// For every weight type, the matrix shapes of Qwen2.5-1.5B and 7B and rows
+// {1,2,4,8,16,17,24,32,64}, per matmul variant:
 //  1. y against a CPU reference (salvo's CPU dequantization, a double-precision dot with the
 //     float activations) on 128 sampled output rows: NMSE under a bound per variant -> PASS/FAIL;
 //  2. row invariance, bitwise: row r of an R-row launch equals row r launched alone;
@@ -10,6 +10,7 @@
 //     ratio to rows = 1; then a whole-layer estimate for the 7B shape.
 //
 //   cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b] [--reps 30]
+//                     [--shape q/o|k/v|gate/up|down|lm_head] [--rows 1,4] [--tiled]
 //                     [--no-time] [--no-check]
 // Exits 1 when any check fails.
 #include <cuda_fp16.h>
@@ -113,7 +114,9 @@ __global__ void fill_weights(uint8_t* w, size_t bytes, DType type, int block_byt
 struct Options {
   std::vector<cuda::MatmulVariant> variants = {cuda::MatmulVariant::kFloat,
                                                cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8};
-  std::string type, model;
+  std::string type, model, shape;
+  std::vector<int> rows;  // timed row counts (a subset of kRows); empty: all
+  bool tiled = false;     // Q4_K/Q5_K/Q6_K in tile_weights()' layout
   int reps = 30;
   bool time = true, check = true;
 };
@@ -142,6 +145,7 @@ class Bench {
       if (!opt_.type.empty() && opt_.type != traits(type).name) continue;
       for (const Shape& s : kShapes) {
         if (!opt_.model.empty() && opt_.model != s.model) continue;
+        if (!opt_.shape.empty() && opt_.shape != s.name) continue;
         run_shape(type, s);
       }
     }
@@ -162,6 +166,15 @@ class Bench {
     fill_weights<<<static_cast<unsigned>((threads + 255) / 256), 256>>>(w, bytes, type, bb,
                                                                         0x5A17 + s.n_out);
     CK(cudaGetLastError());
+    // --tiled: the integer variants read tile_weights()' layout; the reference reads host_w.
+    const bool tiled = opt_.tiled && cuda::tiled_layout_supported(type) && s.n_out % 32 == 0;
+    std::vector<uint8_t> host_w;
+    if (tiled) {
+      host_w.resize(bytes);
+      CK(cudaMemcpy(host_w.data(), w, bytes, cudaMemcpyDeviceToHost));
+      const std::vector<uint8_t> t = cuda::tile_weights(type, host_w.data(), s.n_out, s.n_in);
+      CK(cudaMemcpy(w, t.data(), bytes, cudaMemcpyHostToDevice));
+    }
     for (int c = 1; c < copies; ++c)
       CK(cudaMemcpy(w + c * bytes, w, bytes, cudaMemcpyDeviceToDevice));
 
@@ -192,7 +205,11 @@ class Bench {
         const int o =
             static_cast<int>(static_cast<int64_t>(k) * s.n_out / std::min(kSampled, s.n_out));
         sampled.push_back(o);
-        CK(cudaMemcpy(wrow.data(), w + o * rb, rb, cudaMemcpyDeviceToHost));
+        if (tiled) {
+          std::memcpy(wrow.data(), host_w.data() + o * rb, rb);
+        } else {
+          CK(cudaMemcpy(wrow.data(), w + o * rb, rb, cudaMemcpyDeviceToHost));
+        }
         dequantize_row(type, wrow.data(), wf.data(), s.n_in);
         for (int r = 0; r < kMaxRows; ++r) {
           double acc = 0;
@@ -205,7 +222,9 @@ class Bench {
 
     for (cuda::MatmulVariant v : opt_.variants) {
       if (!cuda::variant_supports(v, type)) continue;
+      if (tiled && !cuda::variant_takes_q8(v)) continue;
       cuda::MatmulParams p;
+      p.tiled = tiled;
       p.type = type;
       p.w = w;
       p.n_out = s.n_out;
@@ -215,7 +234,7 @@ class Bench {
       p.xq = {dq, dmeta, kMaxRows};
       const std::string label = std::string(traits(type).name) + " " + s.model + " " + s.name +
                                 " " + std::to_string(s.n_in) + "->" + std::to_string(s.n_out) +
-                                " " + cuda::variant_name(v);
+                                " " + cuda::variant_name(v) + (tiled ? " tiled" : "");
       if (opt_.check) check(p, s, sampled, want, label);
       if (opt_.time) time(p, bytes, copies, label, type, s);
     }
@@ -290,6 +309,10 @@ class Bench {
     Timing& tm = timings_[{type, p.variant, s.n_out, s.n_in}];
     std::printf("TIME  %-40s", label.c_str());
     for (int n : kRows) {
+      if (!opt_.rows.empty() &&
+          std::find(opt_.rows.begin(), opt_.rows.end(), n) == opt_.rows.end()) {
+        continue;
+      }
       p.n_rows = n;
       int c = 0;
       auto one = [&] {
@@ -312,7 +335,7 @@ class Bench {
       std::nth_element(samples.begin(), samples.begin() + samples.size() / 2, samples.end());
       tm.us[n] = samples[samples.size() / 2];
       std::printf(" | r%d %.1fus %.0fGB/s x%.2f", n, tm.us[n], bytes / tm.us[n] / 1e3,
-                  tm.us[n] / tm.us[1]);
+                  tm.us[1] > 0 ? tm.us[n] / tm.us[1] : 0.0);
     }
     std::printf("\n");
     if (p.variant == cuda::MatmulVariant::kMma) {  // once per shape
@@ -397,17 +420,28 @@ int main(int argc, char** argv) {
       o.type = next();
     } else if (a == "--model") {
       o.model = next();
+    } else if (a == "--shape") {
+      o.shape = next();
+    } else if (a == "--rows") {
+      const std::string list = next();
+      for (size_t at = 0; at < list.size();) {
+        const size_t comma = std::min(list.find(',', at), list.size());
+        o.rows.push_back(std::atoi(list.substr(at, comma - at).c_str()));
+        at = comma + 1;
+      }
     } else if (a == "--reps") {
       o.reps = std::max(1, std::atoi(next().c_str()));
     } else if (a == "--no-time") {
       o.time = false;
+    } else if (a == "--tiled") {
+      o.tiled = true;
     } else if (a == "--no-check") {
       o.check = false;
     } else {
       std::fprintf(
           stderr,
           "usage: cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b]"
-          " [--reps 30] [--no-time] [--no-check]\n");
+          " [--shape gate/up] [--rows 1,4] [--tiled] [--reps 30] [--no-time] [--no-check]\n");
       return 2;
     }
   }

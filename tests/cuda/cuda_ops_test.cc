@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -453,6 +454,86 @@ TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
           delete dws[i], delete ys[i], delete singles[i], delete y1[i];
         }
       }
+    }
+  }
+}
+
+// tile_weights()' layout gives the row-major layout's bits, for every kernel the integer
+// variants pick (dp4a up to 8 rows for kQ8, mma beyond, split k on the long shape, a partial
+// 32-row tile at 40 outputs, 64-row pieces at 100 rows) and in a group launch.
+TEST_F(CudaOps, TiledWeightsGiveTheRowMajorBits) {
+  struct Shape {
+    int64_t n_in, n_out;
+  };
+  for (const Shape shape : {Shape{512, 96}, Shape{1792, 40}, Shape{8192, 40}}) {
+    for (DType type : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+      ASSERT_TRUE(cuda::tiled_layout_supported(type));
+      const auto w = random_weights(type, shape.n_out, shape.n_in, 9);
+      const auto tiled = cuda::tile_weights(type, w.data(), shape.n_out, shape.n_in);
+      ASSERT_EQ(tiled.size() % (32 * row_bytes(type, shape.n_in)), 0u);
+      Dev<uint8_t> dw(w), dt(tiled);
+      for (cuda::MatmulVariant variant : {cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8}) {
+        for (int n_rows : {1, 2, 4, 5, 8, 9, 16, 17, 33, 64, 100}) {
+          SCOPED_TRACE(std::string(traits(type).name) + " " + cuda::variant_name(variant) + " " +
+                       std::to_string(shape.n_in) + "->" + std::to_string(shape.n_out) + " rows " +
+                       std::to_string(n_rows));
+          const auto x = random_floats(n_rows * shape.n_in, 13);
+          Dev<float> dx(x), dy(n_rows * shape.n_out), dyt(n_rows * shape.n_out);
+          cuda::MatmulParams p{.type = type,
+                               .w = dw.ptr,
+                               .n_out = shape.n_out,
+                               .n_in = shape.n_in,
+                               .x = dx.ptr,
+                               .n_rows = n_rows,
+                               .y = dy.ptr,
+                               .variant = variant};
+          cuda::matmul(p, nullptr);
+          p.w = dt.ptr;
+          p.tiled = true;
+          p.y = dyt.ptr;
+          cuda::matmul(p, nullptr);
+          const auto a = dy.host(), b = dyt.host();
+          ASSERT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0);
+        }
+      }
+    }
+  }
+  // Q/K/V-like group of three tiled matrices against their row-major group.
+  const int64_t n_in = 512, n_outs[3] = {96, 32, 48};
+  for (int rows : {1, 4, 19}) {
+    const auto x = random_floats(rows * n_in, 43);
+    Dev<float> dx(x);
+    Dev<int8_t> dq(rows * n_in);
+    Dev<cuda::Q8Meta> dm(n_in / 32 * rows);
+    cuda::quantize_rows(dx.ptr, rows, n_in, dq.ptr, dm.ptr, rows, nullptr);
+    std::vector<std::unique_ptr<Dev<uint8_t>>> dws;
+    std::vector<std::unique_ptr<Dev<float>>> ys;
+    cuda::MatmulParams plain[3], tiled[3];
+    for (int i = 0; i < 3; ++i) {
+      const auto w = random_weights(DType::kQ4_K, n_outs[i], n_in, 60 + i);
+      dws.push_back(std::make_unique<Dev<uint8_t>>(w));
+      dws.push_back(std::make_unique<Dev<uint8_t>>(
+          cuda::tile_weights(DType::kQ4_K, w.data(), n_outs[i], n_in)));
+      ys.push_back(std::make_unique<Dev<float>>(rows * n_outs[i]));
+      ys.push_back(std::make_unique<Dev<float>>(rows * n_outs[i]));
+      plain[i] = {.type = DType::kQ4_K,
+                  .w = dws[2 * i]->ptr,
+                  .n_out = n_outs[i],
+                  .n_in = n_in,
+                  .x = dx.ptr,
+                  .n_rows = rows,
+                  .y = ys[2 * i]->ptr,
+                  .xq = {dq.ptr, dm.ptr, rows}};
+      tiled[i] = plain[i];
+      tiled[i].w = dws[2 * i + 1]->ptr;
+      tiled[i].y = ys[2 * i + 1]->ptr;
+      tiled[i].tiled = true;
+    }
+    cuda::matmul_group(plain, 3, nullptr);
+    cuda::matmul_group(tiled, 3, nullptr);
+    for (int i = 0; i < 3; ++i) {
+      const auto a = ys[2 * i]->host(), b = ys[2 * i + 1]->host();
+      EXPECT_EQ(std::memcmp(a.data(), b.data(), a.size() * sizeof(float)), 0) << rows << " " << i;
     }
   }
 }

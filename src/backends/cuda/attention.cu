@@ -66,22 +66,56 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 constexpr int kKeysPerWarp = 16;
 constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
 
+// What a block needs of its row and of the batch rows it may see, loaded in one round at the
+// kernel's start: each dependent round of loads (the row's sequence, then that sequence's
+// committed count, then the batch rows' entries) cost a memory latency before the K rows could
+// be requested.
+struct RowMeta {
+  int seq, pos, first, n_committed, n_batch_keys;
+};
+// Batch row `lane`'s entries (the first 32 rows: all of a decode step's or a tree's), for warp
+// 0's scan of the visible rows.
+struct BatchEntry {
+  int seq, end, slot, pos;
+};
+
+__device__ __forceinline__ RowMeta row_meta(const AttentionParams& p, int row) {
+  const BatchView& b = p.batch;
+  RowMeta m;
+  m.seq = b.seq[row];
+  m.pos = b.pos[row];
+  const int committed = b.row_committed != nullptr ? b.row_committed[row] : b.committed[m.seq];
+  m.first = p.window > 0 ? max(0, m.pos - p.window + 1) : 0;
+  m.n_committed = max(0, committed - m.first);
+  // The batch rows this row may see: those before it and itself, or all of them in a block.
+  m.n_batch_keys = p.block_visible ? b.n_rows : row + 1;
+  return m;
+}
+
+__device__ __forceinline__ BatchEntry batch_entry(const AttentionParams& p, int k) {
+  const BatchView& b = p.batch;
+  BatchEntry e{-1, 0, 0, 0};
+  if (k < b.n_rows) {
+    e.seq = b.seq[k];
+    e.slot = b.slot[k];
+    if (!p.block_visible) e.end = b.subtree_end[k];
+    if (p.window > 0) e.pos = b.pos[k];
+  }
+  return e;
+}
+
 template <int kDim>
-__device__ __forceinline__ void split_partial(const AttentionParams& p, bool direct) {
+__device__ __forceinline__ void split_partial(const AttentionParams& p, const RowMeta& rm,
+                                              const BatchEntry& mine, bool direct) {
   const int head = blockIdx.x, row = p.row_base + blockIdx.y, split = blockIdx.z;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const BatchView& b = p.batch;
-  const int seq = b.seq[row];
-  const int pos = b.pos[row];
-  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int n_committed = max(0, b.committed[seq] - first);
+  const int seq = rm.seq, pos = rm.pos, first = rm.first, n_committed = rm.n_committed;
+  const int n_batch_keys = rm.n_batch_keys;
   const int partial_width = 2 + p.head_dim_v;
   // The launch's rows (blockIdx.y) index the scratch; the batch's (row) everything else.
   float* partial =
       p.partial +
       ((static_cast<int64_t>(blockIdx.y) * p.n_head + head) * gridDim.z + split) * partial_width;
-  // The batch rows this row may see: those before it and itself, or all of them in a block.
-  const int n_batch_keys = p.block_visible ? b.n_rows : row + 1;
   if (split * kKeysPerSplit >= n_committed + n_batch_keys) {  // beyond any key this row can see
     if (threadIdx.x == 0) partial[0] = -FLT_MAX, partial[1] = 0.0f;
     return;
@@ -94,11 +128,11 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, bool dir
     int count = 0;
     for (int k0 = 0; k0 < n_batch_keys; k0 += 32) {
       const int k = k0 + lane;
-      const bool visible = k < n_batch_keys && b.seq[k] == seq &&
-                           (p.block_visible || row <= b.subtree_end[k]) &&
-                           (p.window == 0 || pos - b.pos[k] < p.window);
+      const BatchEntry e = k0 == 0 ? mine : batch_entry(p, k);
+      const bool visible = k < n_batch_keys && e.seq == seq && (p.block_visible || row <= e.end) &&
+                           (p.window == 0 || pos - e.pos < p.window);
       const unsigned ballot = __ballot_sync(0xffffffffu, visible);
-      if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = b.slot[k];
+      if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = e.slot;
       count += __popc(ballot);
     }
     if (lane == 0) n_suffix = count;
@@ -221,12 +255,8 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, bool dir
 }
 
 // Splits of the (head, row) that can hold a key it sees; the merge reads only those.
-__device__ __forceinline__ int used_splits(const AttentionParams& p) {
-  const BatchView& b = p.batch;
-  const int row = p.row_base + blockIdx.y, pos = b.pos[row];
-  const int first = p.window > 0 ? max(0, pos - p.window + 1) : 0;
-  const int max_keys =
-      max(0, b.committed[b.seq[row]] - first) + (p.block_visible ? b.n_rows : row + 1);
+__device__ __forceinline__ int used_splits(const RowMeta& rm) {
+  const int max_keys = rm.n_committed + rm.n_batch_keys;
   return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
 }
 
@@ -240,9 +270,9 @@ __device__ __forceinline__ int used_splits(const AttentionParams& p) {
 // operations in the same order as an element's own loop would do them). A merge that read them
 // per element waited on several dependent rounds of L2 loads a split.
 constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
-__device__ void merge_splits(const AttentionParams& p, int n_splits) {
+__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int n_splits) {
   const int head = blockIdx.x, row = p.row_base + blockIdx.y;
-  const int n_used = used_splits(p);
+  const int n_used = used_splits(rm);
   const int partial_width = 2 + p.head_dim_v;
   const float* partial =
       p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head) * n_splits * partial_width;
@@ -307,13 +337,16 @@ __device__ void merge_splits(const AttentionParams& p, int n_splits) {
 template <int kDim, bool kSkip>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
   pdl_enter();
-  const int n_used = kSkip ? used_splits(p) : gridDim.z;
+  const RowMeta rm = row_meta(p, p.row_base + blockIdx.y);
+  // Warp 0's first batch entries load with the row's (the scan needs them next).
+  const BatchEntry mine = threadIdx.x < 32 ? batch_entry(p, threadIdx.x) : BatchEntry{-1, 0, 0, 0};
+  const int n_used = kSkip ? used_splits(rm) : gridDim.z;
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
   // One split (any context under kKeysPerSplit): no partial, no count, no second pass over L2.
-  if (kSkip && n_used == 1) return split_partial<kDim>(p, true);
-  split_partial<kDim>(p, false);
+  if (kSkip && n_used == 1) return split_partial<kDim>(p, rm, mine, true);
+  split_partial<kDim>(p, rm, mine, false);
   if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x, n_used)) {
-    merge_splits(p, gridDim.z);
+    merge_splits(p, rm, gridDim.z);
   }
 }
 

@@ -33,17 +33,17 @@ class Gemma3Pass : public DevicePass {
     for (const Gemma3Layer& l : cpu.layers()) {
       Gemma3DeviceLayer& d = layers_.emplace_back();
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.attn_norm, c_.n_embd, &d.attn_norm));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wq.weight, l.wq.bias, &d.wq));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wk.weight, l.wk.bias, &d.wk));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wv.weight, l.wv.bias, &d.wv));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wq.weight, l.wq.bias, &d.wq, true));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wk.weight, l.wk.bias, &d.wk, true));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wv.weight, l.wv.bias, &d.wv, true));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.q_norm, hd, &d.q_norm));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.k_norm, hd, &d.k_norm));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wo.weight, l.wo.bias, &d.wo));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wo.weight, l.wo.bias, &d.wo, true));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_attn_norm, c_.n_embd, &d.post_attn_norm));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.ffn_norm, c_.n_embd, &d.ffn_norm));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate, true));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up, true));
+      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down, true));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_ffn_norm, c_.n_embd, &d.post_ffn_norm));
     }
     return Status();

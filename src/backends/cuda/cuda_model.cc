@@ -45,7 +45,19 @@ Status DeviceWeights::upload_vector(const float* host, int64_t n, const float** 
   return Status();
 }
 
-Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
+namespace {
+// SALVO_CUDA_TILED=0 keeps every matrix row-major (for A/B runs of the tiled layout).
+bool tiling_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_CUDA_TILED");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+}  // namespace
+
+Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
+                                    bool tiled) {
   if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
     return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
                          std::to_string(w.n_in) + " columns has no CUDA kernel");
@@ -54,7 +66,14 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
   p.type = w.type;
   p.n_out = w.n_out;
   p.n_in = w.n_in;
-  SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
+  p.tiled = tiled && tiling_enabled() && tiled_layout_supported(w.type) &&
+            variant_takes_q8(resolve_variant(MatmulVariant::kAuto, w.type));
+  if (p.tiled) {
+    const std::vector<uint8_t> t = tile_weights(w.type, w.data, w.n_out, w.n_in);
+    SALVO_RETURN_IF_ERROR(upload_tensor(t.data(), t.size(), &p.w));
+  } else {
+    SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
+  }
   if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
   return Status();
 }
@@ -302,8 +321,11 @@ class CudaModel : public Model {
     return matmul_prepare(stream_);  // before any graph capture on the stream
   }
 
-  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out) {
-    return weights_.upload_matrix(w, bias, out);
+  // Layer matrices (tiled where their kernels read that layout; the token embedding and the LM
+  // head stay row-major: the embedding lookup and the drafters read their rows).
+  Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
+                       bool tiled = true) {
+    return weights_.upload_matrix(w, bias, out, tiled);
   }
   Status upload_vector(const float* host, int64_t n, const float** device) {
     return weights_.upload_vector(host, n, device);
@@ -311,11 +333,11 @@ class CudaModel : public Model {
 
   Status upload(const LlamaModel& cpu) {
     const ModelConfig& c = config_;
-    SALVO_RETURN_IF_ERROR(upload_matrix(cpu.token_embd(), nullptr, &token_embd_));
+    SALVO_RETURN_IF_ERROR(upload_matrix(cpu.token_embd(), nullptr, &token_embd_, false));
     if (cpu.output().data == cpu.token_embd().data) {
       output_ = token_embd_;
     } else {
-      SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_));
+      SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_, false));
     }
     SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
     heads_ = {.token_embd = token_embd_.shape, .output = output_.shape};
@@ -379,15 +401,16 @@ class CudaModel : public Model {
     grow(argmax_, static_cast<size_t>(n_logits) * sizeof(int32_t));
     grow(argmax_scratch_, argmax_scratch_bytes(n_logits));
     grow(argmax_host_, static_cast<size_t>(n_logits) * sizeof(int32_t));
-    // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq.
+    // tokens, positions, seq ids, slots, subtree ends, logit rows: n each; committed: n_seq;
+    // each row's committed count: n.
     // One int8 copy of the current matmul input (the widest is n_ff or the attention output).
     const size_t widest = std::max<size_t>({static_cast<size_t>(c.n_embd),
                                             static_cast<size_t>(c.n_head) * c.head_dim_v,
                                             static_cast<size_t>(c.n_ff)});
     grow(xq_, rows * widest);
     grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
-    grow(meta_, (6 * rows + n_seq) * sizeof(int32_t));
-    grow(meta_host_, (6 * rows + n_seq) * sizeof(int32_t));
+    grow(meta_, (7 * rows + n_seq) * sizeof(int32_t));
+    grow(meta_host_, (7 * rows + n_seq) * sizeof(int32_t));
     return moved;
   }
 
@@ -404,10 +427,11 @@ class CudaModel : public Model {
       m[3 * n + r] = kv.committed(seq) + rows_in_seq[seq]++;  // slot behind the committed rows
       m[4 * n + r] = batch.subtree_end[r];
       if (batch.want_logits[r]) m[5 * n + n_logits++] = r;
+      m[6 * n + kv.n_seq() + r] = kv.committed(seq);
     }
     for (int s = 0; s < kv.n_seq(); ++s) m[6 * n + s] = kv.committed(s);
     // The layout is fixed by n (and n_seq), so a captured graph's pointers stay valid.
-    SALVO_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), m, (6 * n + kv.n_seq()) * sizeof(int32_t),
+    SALVO_CUDA_CHECK(cudaMemcpyAsync(meta_.get(), m, (7 * n + kv.n_seq()) * sizeof(int32_t),
                                      cudaMemcpyHostToDevice, stream_));
   }
 
@@ -439,7 +463,7 @@ class CudaModel : public Model {
   }
 
   // The pass of an architecture behind a DevicePass, on this model's buffers.
-  void enqueue_arch_pass(int n, int n_logits, const DeviceKvCache& dev_kv) {
+  void enqueue_arch_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv) {
     const int32_t* meta = meta_.get<int32_t>();
     std::vector<KvLayerView> kv(config_.n_layer);
     for (int il = 0; il < config_.n_layer; ++il) kv[il] = dev_kv.layer(il);
@@ -453,7 +477,8 @@ class CudaModel : public Model {
                                    .pos = meta + n,
                                    .slot = meta + 3 * n,
                                    .subtree_end = meta + 4 * n,
-                                   .committed = meta + 6 * n},
+                                   .committed = meta + 6 * n,
+                                   .row_committed = meta + 6 * n + n_seq},
                          .kv = kv,
                          .x = x_.get<float>(),
                          .h = h_.get<float>(),
@@ -475,7 +500,7 @@ class CudaModel : public Model {
   // Every kernel of one pass, on stream_ (captured into a graph or run directly).
   void enqueue_pass(int n, int n_logits, int n_seq, const DeviceKvCache& dev_kv,
                     const std::vector<int32_t>& hidden_layers) {
-    if (arch_pass_) return enqueue_arch_pass(n, n_logits, dev_kv);
+    if (arch_pass_) return enqueue_arch_pass(n, n_logits, n_seq, dev_kv);
     const ModelConfig& c = config_;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* tokens = meta;
@@ -485,7 +510,8 @@ class CudaModel : public Model {
                        .pos = positions,
                        .slot = meta + 3 * n,
                        .subtree_end = meta + 4 * n,
-                       .committed = meta + 6 * n};
+                       .committed = meta + 6 * n,
+                       .row_committed = meta + 6 * n + n_seq};
     const int32_t* logit_rows = meta + 5 * n;
     float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = k_.get<float>(),
           *v = v_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
@@ -559,7 +585,6 @@ class CudaModel : public Model {
     rms_norm_q8(lr, nullptr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, lq, stream_);
     if (runs("head")) linear(output_, lr, as_rows(lq), n_logits, logits_.get<float>());
     SALVO_CUDA_CHECK(cudaGetLastError());
-    (void)n_seq;
   }
 
   void clear_graphs() {

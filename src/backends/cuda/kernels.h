@@ -8,6 +8,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "models/config.h"
 #include "quant/types.h"
@@ -73,7 +74,20 @@ struct MatmulParams {
   // x quantized by quantize_rows, for the kMma variant; when null, matmul() quantizes x into
   // a scratch buffer of its own (which allocates, so not inside a graph capture).
   Q8Rows xq;
+  // w is in the tiled layout of tile_weights() (the integer variants only).
+  bool tiled = false;
 };
+
+// The tiled weight layout of the integer variants, for the block-quantized types with one
+// block per kernel unit (Q4_K, Q5_K, Q6_K): the rows in tiles of 32 (the last padded), and in
+// each tile block b of its 32 rows stored together, [tile][block][32 rows][block bytes]. The
+// GEMV's warps copy one block of a tile's 32 rows at a time, which the row-major layout spreads
+// over 32 pieces a row apart; tiled, it is one contiguous run (bench/gemv_pattern.cu: the 7B
+// gate/up copy pattern at 3460 against 2962 GB/s). The arithmetic is the same: the same bits.
+bool tiled_layout_supported(DType type);
+// The bytes of w [n_out rows of row_bytes(type, n_in)] in the tiled layout (n_out rounded up to
+// 32 rows; the padding rows are zero and never read).
+std::vector<uint8_t> tile_weights(DType type, const void* w, int64_t n_out, int64_t n_in);
 
 // True for the weight types the matmul and embedding kernels read.
 bool weight_type_supported(DType type);
@@ -148,6 +162,9 @@ struct BatchView {
   const int32_t* slot = nullptr;  // cache slot of the row's K/V (behind the committed ones)
   const int32_t* subtree_end = nullptr;
   const int32_t* committed = nullptr;  // [n_seq] committed rows per sequence
+  // [n_rows] committed rows of each row's sequence (committed[seq[r]]), or null: one dependent
+  // load less at the start of the attention kernel.
+  const int32_t* row_committed = nullptr;
 };
 
 // One layer of the device KV cache: [n_seq][capacity][width] floats for K and for V.

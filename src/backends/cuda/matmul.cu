@@ -213,6 +213,7 @@ MatmulVariant resolve_variant(MatmulVariant requested, DType type) {
 void matmul(const MatmulParams& p, cudaStream_t stream) {
   const MatmulVariant v = resolve_variant(p.variant, p.type);
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
+  SALVO_CHECK_MSG(!p.tiled || variant_takes_q8(v), "matmul: tiled weights need an integer variant");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
     const int dp4a_rows = dp4a_rows_for(v);
     if (p.xq.q != nullptr) return matmul_mma(p, dp4a_rows, stream);

@@ -17,6 +17,7 @@
 // blocks in increasing order, and the warps' partial sums are added in warp order.
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -310,6 +311,7 @@ __device__ __forceinline__ void mma_k16_u8(int c[4], uint32_t a0, uint32_t a1, u
 struct MmaArgs {
   const uint8_t* w;
   int64_t row_bytes;
+  bool tiled;  // tile_weights()' layout (kUnit == 1 formats; the kernels' kTiled)
   int n_out, n_in, n_rows;
   const int8_t* xq;
   const Q8Meta* meta;
@@ -317,6 +319,34 @@ struct MmaArgs {
   float* y;
   const float* bias;
 };
+
+// Rows of a tile of tile_weights(): the dp4a kernel's tile, whose copy of one block of its rows
+// is then one contiguous run. Tiles of 16 rows (the mma kernel's) measured worse on the H200
+// (session 20, random Qwen2.5-1.5B shape, tg128 tok/s, row-major / 16 / 32: 765 / 778 / 830):
+// the two runs of a dp4a tile lose most of the gain, and the 16-row passes were as slow.
+constexpr int kTileRows = 32;
+
+// The kernels are compiled per layout (kTiled) rather than branching on p.tiled: the address
+// arithmetic sits in the copy loops, and a runtime choice there cost the row-major layout 4% of
+// a 1.5B decode step (H200, session 20).
+// Block 0 of row `o`: in the row-major GGUF layout, or in tile_weights()' (where a row's
+// blocks sit kTileRows blocks apart).
+template <DType T, bool kTiled>
+__device__ __forceinline__ const uint8_t* weight_row(const MmaArgs& p, int o) {
+  using F = Fmt<T>;
+  if constexpr (kTiled) {
+    const int64_t n_blocks = p.n_in / F::kElems;
+    return p.w +
+           (static_cast<int64_t>(o / kTileRows) * n_blocks * kTileRows + o % kTileRows) * F::kBytes;
+  } else {
+    return p.w + static_cast<int64_t>(o) * p.row_bytes;
+  }
+}
+// Bytes from a row's block to its next block.
+template <DType T, bool kTiled>
+constexpr int64_t block_stride() {
+  return kTiled ? kTileRows * Fmt<T>::kBytes : Fmt<T>::kBytes;
+}
 
 constexpr int kMaxSlices = 8;  // warps per block, each a slice of the weight blocks
 
@@ -457,7 +487,7 @@ __device__ __forceinline__ void block_steps(const MmaArgs& p, const typename Fmt
   }
 }
 
-template <DType T, int NT>
+template <DType T, int NT, bool kTiled>
 __device__ __forceinline__ void mma_tile(const MmaGroup& grp, const MmaArgs& p, int tile) {
   using F = Fmt<T>;
   const int n_warps = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -466,8 +496,9 @@ __device__ __forceinline__ void mma_tile(const MmaGroup& grp, const MmaArgs& p, 
   const int o_base = tile * 16;
   // Rows past n_out (a partial last tile) read the last row and are not written.
   const int o0 = min(o_base + g, p.n_out - 1), o1 = min(o_base + g + 8, p.n_out - 1);
-  const uint8_t* w0 = p.w + static_cast<int64_t>(o0) * p.row_bytes;
-  const uint8_t* w1 = p.w + static_cast<int64_t>(o1) * p.row_bytes;
+  const uint8_t* w0 = weight_row<T, kTiled>(p, o0);
+  const uint8_t* w1 = weight_row<T, kTiled>(p, o1);
+  constexpr int64_t stride = block_stride<T, kTiled>();
   const int n_blocks = p.n_in / F::kElems;
   const int n_units = (n_blocks + F::kUnit - 1) / F::kUnit;
 
@@ -486,8 +517,8 @@ __device__ __forceinline__ void mma_tile(const MmaGroup& grp, const MmaArgs& p, 
     for (int i = 0; i < F::kUnit; ++i) {
       const int blk = u * F::kUnit + i;
       if (blk < n_blocks) {
-        F::load(w0 + static_cast<int64_t>(blk) * F::kBytes, t, r0[i]);
-        F::load(w1 + static_cast<int64_t>(blk) * F::kBytes, t, r1[i]);
+        F::load(w0 + blk * stride, t, r0[i]);
+        F::load(w1 + blk * stride, t, r1[i]);
       }
     }
 #pragma unroll
@@ -564,7 +595,7 @@ constexpr int mma_min_blocks() {
   return 1;
 }
 
-template <DType T, int NT>
+template <DType T, int NT, bool kTiled>
 __global__ void __launch_bounds__(32 * kMaxSlices, mma_min_blocks<T, NT>())
     mma_kernel(const __grid_constant__ MmaGroup grp) {
   int tile;
@@ -572,9 +603,9 @@ __global__ void __launch_bounds__(32 * kMaxSlices, mma_min_blocks<T, NT>())
   pdl_enter();
   // The first piece reads its arguments in place (every decode and verification launch).
   if (blockIdx.y == 0) {
-    mma_tile<T, NT>(grp, p, tile);
+    mma_tile<T, NT, kTiled>(grp, p, tile);
   } else {
-    mma_tile<T, NT>(grp, row_piece(p), tile);
+    mma_tile<T, NT, kTiled>(grp, row_piece(p), tile);
   }
 }
 
@@ -800,12 +831,11 @@ __device__ __forceinline__ void dp4a_block(const Src& src, int blk, const int8_t
   }
 }
 
-template <DType T, int R>
+template <DType T, int R, bool kTiled>
 __global__ void __launch_bounds__(32 * kMaxSlices)
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   using F = Fmt<T>;
   constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
-  constexpr int kUnitBytes = F::kUnit * F::kBytes;
   using Stage = Dp4aStage<T, R>;
   extern __shared__ uint4 dp4a_smem[];
   int tile;
@@ -821,8 +851,19 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   uint8_t* const buf = reinterpret_cast<uint8_t*>(dp4a_smem) +
                        static_cast<size_t>(warp) * kDp4aStages * Stage::kBytes;
   // Rows past n_out (a partial last tile) copy the last row and are not written.
-  const uint8_t* const w_tile = p.w + static_cast<int64_t>(tile) * 32 * p.row_bytes;
+  const uint8_t* const w_tile = weight_row<T, kTiled>(p, tile * 32);
   const int rows_here = min(32, p.n_out - tile * 32);
+  constexpr int kUnitBytes = F::kUnit * F::kBytes;
+  // The first byte of unit u of the tile's row r (tiled, kUnit is 1: each kTileRows rows'
+  // units are one run of kTileRows * kUnitBytes).
+  static_assert(kTileRows == 32, "a dp4a tile is one tile of tile_weights()");
+  auto unit_row = [&](int r, int u) {
+    if constexpr (kTiled) {
+      return w_tile + (static_cast<int64_t>(u) * kTileRows + r) * kUnitBytes;
+    } else {
+      return w_tile + static_cast<int64_t>(r) * p.row_bytes + static_cast<int64_t>(u) * kUnitBytes;
+    }
+  };
 
   // Copies unit i of this warp (all 32 rows) into stage i % kDp4aStages: slot q = lane + 32 j
   // is granule q % kGranules of row q / kGranules, so consecutive lanes read consecutive
@@ -852,23 +893,30 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
           p.meta + static_cast<int64_t>(e0 / 32 + j) * p.meta_stride + min(r, p.n_rows - 1);
       if (32 * j < elems) cp_async8(m_dst + q, src);
     }
+    if constexpr (kTiled && block_align<T>() == 16 && kPitch == kUnitBytes) {
+      // The run of 32 whole-granule rows is the stage's layout as it is: one straight copy
+      // (a partial last tile reads tile_weights()' zero rows, which are never written out).
+      // (This copy with a choice of run per granule and a runtime full-tile check, left from
+      // 16-row runs, measured the 7B gate matrix at 17.4 us against 15.7.)
+      const uint8_t* const run = unit_row(0, u);
 #pragma unroll
-    for (int q = lane; q < 32 * kGranules; q += 32) {
-      const int row = q / kGranules, g = q % kGranules;
-      const uint8_t* const first = w_tile +
-                                   static_cast<int64_t>(min(row, rows_here - 1)) * p.row_bytes +
-                                   static_cast<int64_t>(u) * kUnitBytes;
-      const uintptr_t a0 = reinterpret_cast<uintptr_t>(first) & ~static_cast<uintptr_t>(15);
-      const uintptr_t end = reinterpret_cast<uintptr_t>(first) + bytes;
-      const uintptr_t src = a0 + 16 * static_cast<uintptr_t>(g);
-      if (src < end) cp_async16(dst + row * kPitch + 16 * g, reinterpret_cast<const void*>(src));
+      for (int q = lane; q < 32 * kGranules; q += 32) cp_async16(dst + 16 * q, run + 16 * q);
+    } else {
+#pragma unroll
+      for (int q = lane; q < 32 * kGranules; q += 32) {
+        const int row = q / kGranules, g = q % kGranules;
+        const uint8_t* const first = unit_row(min(row, rows_here - 1), u);
+        const uintptr_t a0 = reinterpret_cast<uintptr_t>(first) & ~static_cast<uintptr_t>(15);
+        const uintptr_t end = reinterpret_cast<uintptr_t>(first) + bytes;
+        const uintptr_t src = a0 + 16 * static_cast<uintptr_t>(g);
+        if (src < end) cp_async16(dst + row * kPitch + 16 * g, reinterpret_cast<const void*>(src));
+      }
     }
   };
 
   float acc[R];
 #pragma unroll
   for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-  const int64_t my_row = static_cast<int64_t>(min(lane, rows_here - 1)) * p.row_bytes;
 #pragma unroll
   for (int i = 0; i < kDp4aStages - 1; ++i) {
     if (i < my_units) stage(i);
@@ -888,8 +936,8 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     const Q8Meta* const m_copy =
         reinterpret_cast<const Q8Meta*>(stage_i + Stage::kWeightBytes + Stage::kXBytes);
     // Byte offset of the unit's first byte within its first granule.
-    const int lead = static_cast<int>(
-        reinterpret_cast<uintptr_t>(w_tile + my_row + static_cast<int64_t>(u) * kUnitBytes) & 15);
+    const int lead =
+        static_cast<int>(reinterpret_cast<uintptr_t>(unit_row(min(lane, rows_here - 1), u)) & 15);
 #pragma unroll
     for (int b = 0; b < F::kUnit; ++b) {
       const int blk = u * F::kUnit + b;
@@ -1034,24 +1082,42 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
   return grp.first[grp.n];
 }
 
+// The types tile_weights() lays out (one block a unit); the others compile one layout.
+template <DType T>
+constexpr bool can_tile() {
+  return T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K;
+}
+
 template <DType T, int NT>
 void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
   const dim3 grid(blocks, row_pieces(grp), static_cast<unsigned>(grp.splits));
-  launch(mma_kernel<T, NT>, grid, 32 * warps, 0, stream, grp);
+  if constexpr (can_tile<T>()) {
+    if (grp.m[0].tiled) return launch(mma_kernel<T, NT, true>, grid, 32 * warps, 0, stream, grp);
+  }
+  launch(mma_kernel<T, NT, false>, grid, 32 * warps, 0, stream, grp);
 }
 
-template <DType T, int R>
-void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
+template <DType T, int R, bool kTiled>
+void launch_dp4a_as(MmaGroup grp, int warps, cudaStream_t stream) {
   // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
   static const bool opted_in = [] {
-    return cudaFuncSetAttribute(dp4a_kernel<T, R>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+    return cudaFuncSetAttribute(dp4a_kernel<T, R, kTiled>,
+                                cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 dp4a_smem_bytes<T, R>(kMaxSlices)) == cudaSuccess;
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  launch(dp4a_kernel<T, R>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
+  launch(dp4a_kernel<T, R, kTiled>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
          dp4a_smem_bytes<T, R>(warps), stream, grp);  // 1 piece
+}
+
+template <DType T, int R>
+void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
+  if constexpr (can_tile<T>()) {
+    if (grp.m[0].tiled) return launch_dp4a_as<T, R, true>(grp, warps, stream);
+  }
+  launch_dp4a_as<T, R, false>(grp, warps, stream);
 }
 
 // The rows up to which a launch takes the dp4a GEMV: the variant's, and up to 8 for a Q6_K LM
@@ -1153,6 +1219,7 @@ MmaArgs piece_args(const MatmulParams& p) {
   MmaArgs a;
   a.w = static_cast<const uint8_t*>(p.w);
   a.row_bytes = static_cast<int64_t>(row_bytes(p.type, p.n_in));
+  a.tiled = p.tiled;
   a.n_out = static_cast<int>(p.n_out);
   a.n_in = static_cast<int>(p.n_in);
   a.n_rows = static_cast<int>(p.n_rows);
@@ -1165,6 +1232,28 @@ MmaArgs piece_args(const MatmulParams& p) {
 }
 
 }  // namespace
+
+bool tiled_layout_supported(DType type) {
+  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;  // can_tile
+}
+
+std::vector<uint8_t> tile_weights(DType type, const void* w, int64_t n_out, int64_t n_in) {
+  SALVO_CHECK(tiled_layout_supported(type));
+  const DTypeTraits& tr = traits(type);
+  const int64_t block_bytes = static_cast<int64_t>(tr.block_bytes),
+                n_blocks = n_in / static_cast<int64_t>(tr.block_size);
+  const int64_t tiles = (n_out + kTileRows - 1) / kTileRows, rb = n_blocks * block_bytes;
+  std::vector<uint8_t> out(static_cast<size_t>(tiles * kTileRows * rb), 0);
+  const auto* src = static_cast<const uint8_t*>(w);
+  for (int64_t o = 0; o < n_out; ++o) {
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      std::memcpy(
+          out.data() + (((o / kTileRows) * n_blocks + b) * kTileRows + o % kTileRows) * block_bytes,
+          src + o * rb + b * block_bytes, static_cast<size_t>(block_bytes));
+    }
+  }
+  return out;
+}
 
 bool mma_supports(DType type) {
   switch (type) {
@@ -1217,7 +1306,9 @@ void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cud
   for (int i = 0; i < n_parts; ++i) {
     const MatmulParams& q = parts[i];
     SALVO_CHECK(q.xq.q != nullptr && q.xq.meta != nullptr && q.xq.meta_stride >= q.n_rows);
-    SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.q == p.xq.q);
+    SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.q == p.xq.q &&
+                q.tiled == p.tiled);
+    SALVO_CHECK(!q.tiled || tiled_layout_supported(q.type));
   }
   if (p.n_rows == 0) return;
   SALVO_CHECK(p.n_rows <= int64_t{65535} * kMatmulMaxRows);  // the grid's y extent
