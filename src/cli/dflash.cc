@@ -3,8 +3,8 @@
 // F32 [T, k * n_embd], `root` I32 [1] and, with an adapter, `adapter_prev` I32 [B-1] from a
 // safetensors file (reference.safetensors has exactly these), observes the T positions (in
 // chunks of --chunk, exercising the incremental context) and writes raw little-endian float32
-// logits_1..B-1 [B-1, n_vocab] to --out, then the adapter logits [B-1, n_vocab] to
-// --adapter-out.
+// logits_1..D [D, n_vocab] to --out (D: --depth, default B-1), then the adapter logits
+// [D, n_vocab] to --adapter-out.
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -24,6 +24,7 @@ struct DflashOptions {
   std::string model, drafter, inputs, out, adapter_out;
   int threads = 0;
   int chunk = 0;
+  int depth = 0;  // 0: B-1
 };
 
 const StTensorInfo& need(const SafetensorsFile& file, const std::string& name, size_t rank) {
@@ -64,21 +65,26 @@ void run_dflash(const DflashOptions& o) {
     Status st = d.observe(pool, state, first, n, features.data() + first * c.feature_width());
     if (!st.ok()) throw CliError(st.message());
   }
+  if (o.depth >= c.block_size) {
+    throw CliError("--depth " + std::to_string(o.depth) + " is past the drafter's block (at most " +
+                   std::to_string(c.block_size - 1) + ")");
+  }
+  const int depth = o.depth > 0 ? o.depth : c.block_size - 1;
   std::vector<float> logits;
-  d.draft_block(pool, state, static_cast<int32_t>(root[0]), c.block_size - 1, logits);
+  d.draft_block(pool, state, static_cast<int32_t>(root[0]), depth, logits);
   write_floats(o.out, logits);
   if (!o.adapter_out.empty()) {
     if (!d.has_adapter()) throw CliError("--adapter-out: the drafter has no adapter");
     const std::vector<float> prev_f = in.to_f32(need(in, "adapter_prev", 1));
-    if (static_cast<int>(prev_f.size()) != c.block_size - 1) {
-      throw CliError("--inputs: 'adapter_prev' must hold block_size - 1 token ids");
+    if (static_cast<int>(prev_f.size()) < depth) {
+      throw CliError("--inputs: 'adapter_prev' must hold a token id for each depth");
     }
-    std::vector<int32_t> prev(prev_f.begin(), prev_f.end());
+    std::vector<int32_t> prev(prev_f.begin(), prev_f.begin() + depth);
     for (int32_t t : prev) {
       if (t < 0 || t >= n_vocab) throw CliError("--inputs: 'adapter_prev' holds a bad token id");
     }
     std::vector<float> adapted;
-    d.adapter_logits(pool, state.y.data() + c.n_embd, prev.data(), c.block_size - 1, adapted);
+    d.adapter_logits(pool, state.y.data() + c.n_embd, prev.data(), depth, adapted);
     write_floats(o.adapter_out, adapted);
   }
 }
@@ -98,6 +104,8 @@ void add_dflash_command(CLI::App& app) {
   cmd->add_option("--threads", opts->threads, "threads (default: all cores)")
       ->check(CLI::Range(0, 1024));
   cmd->add_option("--chunk", opts->chunk, "context positions per observe() (default: all)")
+      ->check(CLI::Range(0, 1 << 20));
+  cmd->add_option("--depth", opts->depth, "depths to draft (default: the block's B-1)")
       ->check(CLI::Range(0, 1 << 20));
   cmd->callback([opts] { run_dflash(*opts); });
 }

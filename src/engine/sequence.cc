@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string_view>
 
 #include "util/check.h"
 #include "util/memory.h"
@@ -101,8 +102,12 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
     drafter_tree_ = request.spec.tree;
     drafter_vocab_ = request.spec.vocab;
     drafter_seed_ = request.sampling.seed;
+    // The CPU backend's pass costs follow from its first passes; a device's first pass of a
+    // shape may carry one-time work it does not flag (SpecPolicy's defaults).
+    const bool on_cpu = std::string_view(model_.backend_name()) == "cpu";
     policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto,
-                         drafter_ && drafter_->drafts_all_depths_at_once());
+                         drafter_ && drafter_->drafts_all_depths_at_once(),
+                         on_cpu ? PassCosts::cpu() : PassCosts());
   } else {
     policy_.new_text();
   }

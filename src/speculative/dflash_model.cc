@@ -413,26 +413,43 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   for (int j = 1; j < B; ++j) {
     std::copy(mask_embd_.begin(), mask_embd_.end(), s.x.begin() + j * c.n_embd);
   }
+  depth = std::clamp(depth, 1, B - 1);
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int il = 0; il < c.n_layer; ++il) {
     const DflashLayer& l = layers_[il];
+    // Rows whose output this layer must compute: all B, or in the last layer only the drafted
+    // depths 1..depth (every row still gives its K/V). [first, first + n) of the block.
+    const bool last = il == c.n_layer - 1;
+    const int first = last ? 1 : 0;
+    const int n = last ? depth : B;
+    const size_t row0 = static_cast<size_t>(first) * c.n_embd;
     ops::rms_norm(s.x.data(), l.attn_norm.data(), s.h.data(), B, c.n_embd, c.rms_eps);
-    const WeightView* qkv[] = {&l.q, &l.k, &l.v};
-    float* qkv_out[] = {s.q.data(), s.kb.data(), s.vb.data()};
-    matmul_multi(pool, qkv, qkv_out, 3, s.h.data(), B, s.matmul);
-    ops::rms_norm_heads(s.q.data(), l.q_norm.data(), B, c.n_head, c.head_dim, c.rms_eps);
+    if (n == B) {
+      const WeightView* qkv[] = {&l.q, &l.k, &l.v};
+      float* qkv_out[] = {s.q.data(), s.kb.data(), s.vb.data()};
+      matmul_multi(pool, qkv, qkv_out, 3, s.h.data(), B, s.matmul);
+    } else {
+      const WeightView* kv[] = {&l.k, &l.v};
+      float* kv_out[] = {s.kb.data(), s.vb.data()};
+      matmul_multi(pool, kv, kv_out, 2, s.h.data(), B, s.matmul);
+      matmul(pool, l.q, s.h.data() + row0, n, s.q.data() + static_cast<size_t>(first) * q_width,
+             s.matmul);
+    }
+    float* q_rows = s.q.data() + static_cast<size_t>(first) * q_width;
+    ops::rms_norm_heads(q_rows, l.q_norm.data(), n, c.n_head, c.head_dim, c.rms_eps);
     ops::rms_norm_heads(s.kb.data(), l.k_norm.data(), B, c.n_head_kv, c.head_dim, c.rms_eps);
-    rope_heads(s.q.data(), s.positions.data(), B, c.n_head);
+    rope_heads(q_rows, s.positions.data() + first, n, c.n_head);
     rope_heads(s.kb.data(), s.positions.data(), B, c.n_head_kv);
-    // Every block row attends to the p context keys and all B block keys; one task per
+    // Every computed row attends to the p context keys and all B block keys; one task per
     // (row, head).
     const float* ctx_k = s.k[il].data();
     const float* ctx_v = s.v[il].data();
-    pool.parallel_for(static_cast<int64_t>(B) * c.n_head, [&](int, int64_t begin, int64_t end) {
+    pool.parallel_for(static_cast<int64_t>(n) * c.n_head, [&](int, int64_t begin, int64_t end) {
       std::vector<float> scores(p + B);
       for (int64_t task = begin; task < end; ++task) {
-        const int j = static_cast<int>(task / c.n_head), head = static_cast<int>(task % c.n_head);
+        const int j = first + static_cast<int>(task / c.n_head);
+        const int head = static_cast<int>(task % c.n_head);
         const int kv_head = head / group;
         const float* q = s.q.data() + static_cast<size_t>(j) * q_width + head * c.head_dim;
         auto key = [&](int t) {
@@ -458,19 +475,24 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
         for (int t = 0; t < p + B; ++t) vec::axpy(scores[t] / sum, value(t), out, c.head_dim);
       }
     });
-    matmul(pool, l.o, s.attn.data(), B, s.h.data(), s.matmul);
-    ops::add(s.x.data(), s.h.data(), s.x.size());
-    ops::rms_norm(s.x.data(), l.ffn_norm.data(), s.h.data(), B, c.n_embd, c.rms_eps);
+    // The residual stream of rows [first, first + n): [n, n_embd].
+    float* x = s.x.data() + row0;
+    float* h = s.h.data() + row0;
+    const size_t width = static_cast<size_t>(n) * c.n_embd;
+    matmul(pool, l.o, s.attn.data() + static_cast<size_t>(first) * q_width, n, h, s.matmul);
+    ops::add(x, h, width);
+    ops::rms_norm(x, l.ffn_norm.data(), h, n, c.n_embd, c.rms_eps);
     const WeightView* gate_up[] = {&l.gate, &l.up};
     float* gate_up_out[] = {s.gate.data(), s.up.data()};
-    matmul_multi(pool, gate_up, gate_up_out, 2, s.h.data(), B, s.matmul);
-    ops::silu_mul(s.gate.data(), s.up.data(), s.gate.size());
-    matmul(pool, l.down, s.gate.data(), B, s.h.data(), s.matmul);
-    ops::add(s.x.data(), s.h.data(), s.x.size());
+    matmul_multi(pool, gate_up, gate_up_out, 2, h, n, s.matmul);
+    ops::silu_mul(s.gate.data(), s.up.data(), static_cast<size_t>(n) * c.n_ff);
+    matmul(pool, l.down, s.gate.data(), n, h, s.matmul);
+    ops::add(x, h, width);
   }
+  // Rows 1..depth: the drafted positions (the last layer computed no others).
   s.y.resize(s.x.size());
-  ops::rms_norm(s.x.data(), output_norm_.data(), s.y.data(), B, c.n_embd, c.rms_eps);
-  depth = std::clamp(depth, 1, B - 1);
+  ops::rms_norm(s.x.data() + c.n_embd, output_norm_.data(), s.y.data() + c.n_embd, depth, c.n_embd,
+                c.rms_eps);
   WeightView head = *lm_head_;  // its first head_rows rows: ids below head_rows
   if (head_rows > 0) head.n_out = std::min(head.n_out, head_rows);
   logits.resize(static_cast<size_t>(depth) * head.n_out);

@@ -109,9 +109,14 @@ class DflashModel {
   Status observe(ThreadPool& pool, DflashState& state, int32_t first, int32_t n,
                  const float* features) const;
   // One draft pass for `root` at position state.n_positions. Leaves y_j (the final-normed
-  // outputs, [B, n_embd]) in state.y and writes logits_1..depth as [depth, head_rows]
-  // (depth <= B-1: the LM head, the pass's largest cost, runs only on the depths drafted, and
-  // only for ids below head_rows; 0: the whole vocabulary).
+  // outputs) for j = 1..depth in state.y ([B, n_embd]; the other rows are not computed) and
+  // writes logits_1..depth as [depth, head_rows] (depth <= B-1: the LM head, the pass's largest
+  // cost, runs only on the depths drafted, and only for ids below head_rows; 0: the whole
+  // vocabulary). Every layer but the last runs all B rows (the block is non-causal: the MASK
+  // rows past `depth` shape the earlier rows through their K/V); the last one needs only the
+  // K/V of the others, so its queries, attention, output projection and FFN run on rows
+  // 1..depth alone. The rows computed give the same bits as a pass of depth B-1 (the matmuls
+  // are row-invariant).
   void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
                    std::vector<float>& logits, int64_t head_rows = 0) const;
   // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`

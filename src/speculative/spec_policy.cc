@@ -48,7 +48,8 @@ double SpecPolicy::pass_ms(int rows) const {
   if (has_lo && has_hi) {
     const double t = static_cast<double>(rows - lo) / (hi - lo);
     estimate = t_lo + t * (bound - t_lo);
-  } else if (has_lo && lo > 1 && (rows >= n || pass_ms_by_rows_[rows] == 0)) {
+  } else if (costs_.flat_beyond_widest && has_lo && lo > 1 &&
+             (rows >= n || pass_ms_by_rows_[rows] == 0)) {
     // A count never measured (a first pass is not kept), wider than every measured one: as dear
     // as the widest, so that it is tried and measured. The line from the one-row pass
     // overestimates where the cost is a step function of the rows (CUDA: 2 rows 1.58 ms, 3 2.03,
@@ -65,7 +66,8 @@ double SpecPolicy::pass_ms(int rows) const {
     // No such line: the prior cost per row from the nearest count.
     const int ref = has_lo ? lo : hi;
     const double t_ref = has_lo ? t_lo : bound;
-    estimate = t_ref * (1 + kPriorRowCost * (rows - 1)) / (1 + kPriorRowCost * (ref - 1));
+    const double per_row = costs_.prior_row_cost;
+    estimate = t_ref * (1 + per_row * (rows - 1)) / (1 + per_row * (ref - 1));
   }
   return rows == 1 ? estimate : std::min(estimate, bound);
 }
@@ -139,7 +141,13 @@ double SpecPolicy::draft_cost(int depth) const {
     if (y < 0) continue;
     n += 1, sx += d, sy += y, sxx += static_cast<double>(d) * d, sxy += d * y;
   }
-  if (n == 0) return 0;
+  if (n == 0) {
+    // Before a steady-state figure, a cautious start prices the drafter at the first drafted
+    // pass's time, an upper bound (it may include the drafter's catch-up); otherwise at
+    // nothing, so that the first sizes are generous (a warm-up's time bounds nothing).
+    if (!costs_.cautious_start || first_draft_ms_ <= 0 || first_warmup_) return 0;
+    return budget_trees_ ? first_draft_ms_ : first_draft_ms_ / std::max(1, first_depth_) * depth;
+  }
   if (n == 1) return budget_trees_ ? sy : sy / sx * depth;
   double b = std::max(0.0, (sxy - sx * sy / n) / (sxx - sx * sx / n));
   double a = (sy - b * sx) / n;
@@ -194,7 +202,13 @@ DraftSize SpecPolicy::best_size(int max_budget, int max_depth, int depth_limit) 
   double best_rate = 0;
   if (budget_trees_) {
     // Budgets up to the caps (or depth_limit), each as deep as the caps allow.
-    const int most = std::min(max_budget, depth_limit > 0 ? depth_limit : max_budget);
+    int most = std::min(max_budget, depth_limit > 0 ? depth_limit : max_budget);
+    // A cautious start grows the trees by doubling: a budget not measured yet is priced from an
+    // optimistic prior (so that it gets tried), and on a CPU a tree twice the size of any tried
+    // costs a few one-row passes if it fails.
+    if (costs_.cautious_start) {
+      most = std::min(most, std::max(1, 2 * (static_cast<int>(budget_passes_.size()) - 1)));
+    }
     const std::vector<double> tokens = budget_tokens(most);
     best = {most, max_depth};
     for (int n = 1; n <= most; ++n) {
@@ -260,6 +274,11 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   // costs the same at any depth, and its size is priced from its measured rows already: a
   // shallow probe would only yield fewer tokens and fail more often.
   const bool probing = (!drafting_ || drafted_rate_ == 0) && !budget_trees_;
+  // A cautious start: the first drafted pass is not judged (it measures the drafter and carries
+  // its catch-up), so it is the cheapest, one node.
+  if (costs_.cautious_start && !draft_measured() && first_draft_ms_ == 0) {
+    return {1, std::min(1, max_depth)};
+  }
   return best_size(max_budget, max_depth, probing ? kProbeDepth : max_depth);
 }
 
@@ -320,19 +339,24 @@ void SpecPolicy::record(const PassRecord& measured) {
   // (Session 9: --spec auto's first 9-row trees measured 4.8-9.1 ms, against 3.0 ms later, and
   // it drafted 3-deep chains from then on, 1.88 tokens a pass against 2.68 for fixed trees.)
   // The one-row count keeps its first pass (every estimate starts from it), replaced by the
-  // second.
+  // second. So does every count on a backend whose first passes are not cold (a CPU: nothing
+  // is captured, and a first pass's time is what the count costs): judged at the prior's
+  // estimate instead, a CPU's first 6-8-row passes looked like 1.5 one-row passes where they
+  // cost 2.5-3.5, and SmolLM2-135M's DFlash drafter went on drafting at a loss (bench_spec,
+  // 96 tokens: auto/none 0.91-0.97 on code, chat and grounded).
   // A pass the backend flags as warm-up (a graph captured for another of its shapes: the logits
   // form, the hidden layers, a one-row pass too) is treated the same way. (Session 14: with the
   // one-row pass at 1.3 ms on the H200, the captures of a new text's first 2-5-row passes, 3-5.6
   // ms, kept --spec auto plain, 1.03-1.18 tokens a pass, where fixed DFlash trees gave 1.16-1.73x.)
   PassRecord pass = measured;
   const bool first_of_count = pass.rows > 1 && passes_by_rows_[pass.rows] == 0;
-  const bool not_kept = first_of_count || (pass.warmup && pass_ms(pass.rows) > 0);
+  const bool not_kept =
+      (first_of_count && costs_.cold_first_passes) || (pass.warmup && pass_ms(pass.rows) > 0);
   if (not_kept) {
     const double estimate = pass_ms(pass.rows);
     if (estimate > 0) pass.pass_ms = std::min(pass.pass_ms, estimate);
-  } else if (pass.rows == 1 && passes_by_rows_[1] == 1) {
-    pass_ms_by_rows_[1] = pass.pass_ms;
+  } else if (passes_by_rows_[pass.rows] <= 1) {
+    pass_ms_by_rows_[pass.rows] = pass.pass_ms;
   } else if (stale) {
     pass_ms_by_rows_[pass.rows] = pass.pass_ms;
   } else {

@@ -66,6 +66,34 @@ struct PassRecord {
   bool warmup = false;
 };
 
+// What the policy assumes of a backend's pass costs before it has measured them. The
+// defaults suit a device backend (CUDA: graphs captured per shape, rows nearly free up to a
+// tile); cpu() a CPU's.
+struct PassCosts {
+  // The first pass of a row count may carry one-time work the backend does not flag
+  // (PassRecord::warmup), so its time is not kept; false: it is, replaced by the second.
+  bool cold_first_passes = true;
+  // A row count never measured, wider than every measured one, costs what the widest does
+  // (a step function of the rows: CUDA's tiles); false: along the line from the one-row
+  // pass through the widest (every row adds about the same).
+  bool flat_beyond_widest = true;
+  // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
+  double prior_row_cost = 0.08;
+  // The first drafted pass is one node, and the drafter is priced at its time (an upper bound)
+  // until a steady-state figure exists; false: the first trees are sized as if drafting were
+  // free, which costs little where rows are nearly free and the drafter's pass is a fraction of
+  // the target's (a GPU), and a CPU up to several one-row passes.
+  bool cautious_start = false;
+  // A CPU captures nothing, and past a few rows each adds ~0.25 of a one-row pass
+  // (Qwen2.5-Coder-1.5B, DEVELOPERS.md session 7) to ~0.3 (SmolLM2-135M).
+  static PassCosts cpu() {
+    return {.cold_first_passes = false,
+            .flat_beyond_widest = false,
+            .prior_row_cost = 0.25,
+            .cautious_start = true};
+  }
+};
+
 class SpecPolicy {
  public:
   // Non-adaptive policies always draft with the caps (the explicit --spec modes).
@@ -73,8 +101,8 @@ class SpecPolicy {
   // node budget (DFlash: Drafter::drafts_all_depths_at_once). Its sizes are then budgets
   // (depth up to the caps), priced by the tokens measured per budget (below), and a depth not
   // measured costs the drafter what the measured ones do rather than in proportion to depth.
-  explicit SpecPolicy(bool adaptive = true, bool budget_trees = false)
-      : adaptive_(adaptive), budget_trees_(budget_trees) {}
+  explicit SpecPolicy(bool adaptive = true, bool budget_trees = false, PassCosts costs = {})
+      : adaptive_(adaptive), budget_trees_(budget_trees), costs_(costs) {}
 
   // The tree size for the next pass, within the caps; !drafting(): a plain pass.
   DraftSize next(int max_budget, int max_depth);
@@ -120,8 +148,6 @@ class SpecPolicy {
   // stuck at a wrong figure is re-tried within a few hundred milliseconds on a GPU. Where the
   // figure was right, a re-try loses part of one pass per kStalePasses.
   static constexpr int kStalePasses = 64;
-  // Extra cost per row, as a share of a one-row pass, until a wider pass is measured.
-  static constexpr double kPriorRowCost = 0.08;
   static constexpr double kMargin = 1.05;     // drafting must win by 5% to start again
   static constexpr double kKeepMargin = 1.0;  // ... and not lose, to go on
   static constexpr int kFirstProbe = 8;       // plain passes before the first re-probe
@@ -162,6 +188,7 @@ class SpecPolicy {
 
   bool adaptive_;
   bool budget_trees_;
+  PassCosts costs_;
   // Budget trees: decayed tokens emitted and passes, by the nodes of the tree verified.
   std::vector<double> budget_tokens_, budget_passes_;
   std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured

@@ -73,6 +73,31 @@ TEST(DflashTree, TopCandidatesAreTheLogSoftmaxOfTheBest) {
   EXPECT_EQ(limited.tokens, (std::vector<int32_t>{1, 2, 0}));
 }
 
+// The one-scan selection (k up to 32) and the partial sort (more) both give the k best ids below
+// n_tokens, ties to the lower id, with log-softmax over the whole row: a full sort's answer, on a
+// vocabulary-sized row with many ties.
+TEST(DflashTree, TopCandidatesEqualAFullSort) {
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int> level(-400, 400);
+  std::vector<float> logits(49152);
+  for (float& l : logits) l = static_cast<float>(level(rng)) / 40;  // ~80 ids share each value
+  double z = 0;
+  for (float l : logits) z += std::exp(static_cast<double>(l));
+  for (const int32_t n_tokens : {49152, 30000}) {
+    std::vector<int32_t> order(n_tokens);
+    for (int32_t i = 0; i < n_tokens; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(),
+                     [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+    for (const int k : {1, 8, 32, 33, 100}) {
+      const Candidates c = top_candidates(logits.data(), 49152, n_tokens, k);
+      ASSERT_EQ(c.tokens, std::vector<int32_t>(order.begin(), order.begin() + k)) << k;
+      for (int i = 0; i < k; ++i) {
+        EXPECT_NEAR(c.logprobs[i], logits[c.tokens[i]] - std::log(z), 1e-4) << k << " " << i;
+      }
+    }
+  }
+}
+
 TEST(DflashTree, ChainTakesEachDepthsBest) {
   std::mt19937 rng(1);
   std::vector<Candidates> depths;

@@ -542,6 +542,66 @@ TEST(SpecPolicyTest, BudgetTreesStaySmallWhereRowsAreDear) {
   EXPECT_GE(run.rate(), 0.9 * best);
 }
 
+// A CPU's first pass of a row count costs what the next ones do (PassCosts::cpu()): it is kept,
+// and replaced by the second; a device's is not (a graph captured), as before.
+TEST(SpecPolicyTest, CpuFirstPassOfACountIsKept) {
+  for (const bool cpu : {true, false}) {
+    SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/false,
+                      cpu ? PassCosts::cpu() : PassCosts());
+    policy.record({.rows = 1, .pass_ms = 8.5});
+    policy.record({.rows = 1, .pass_ms = 8.5});
+    const PassRecord six{.rows = 6,
+                         .pass_ms = 21,
+                         .draft_ms = 6,
+                         .tree_depth = 3,
+                         .accepted = 1,
+                         .tested = 2,
+                         .tokens_emitted = 2};
+    policy.record(six);
+    if (cpu) {
+      EXPECT_DOUBLE_EQ(policy.pass_ms(6), 21);
+      // Wider counts follow the line from the one-row pass, not the widest count's figure.
+      EXPECT_NEAR(policy.pass_ms(8), 8.5 + 7 * (21 - 8.5) / 5, 1e-9);
+      PassRecord again = six;
+      again.pass_ms = 19;
+      policy.record(again);
+      EXPECT_DOUBLE_EQ(policy.pass_ms(6), 19);  // replaced: the first may have been unlucky
+    } else {
+      EXPECT_LT(policy.pass_ms(6), 21);  // the prior's estimate: the pass was not kept
+    }
+  }
+}
+
+// SmolLM2-135M with its DFlash drafter on a 2-core CPU (bench_spec: a fresh policy per 96-token
+// answer): a pass of k rows costs 8.5 (1 + 0.3 (k - 1)) ms, a draft 6 ms, so drafting barely
+// pays even where the drafter is often right. With a CPU's pass costs the policy starts with a
+// one-node tree, doubles the budget while it may pay, and the measured costs stop it after a
+// few passes; priced at the device prior (rows at 0.08, a first pass of a count not kept, the
+// drafter free until measured), its first trees had 5-7 nodes and it lost 2-5% (1.05 at 60
+// passes and acceptance 0.3).
+TEST(SpecPolicyTest, CpuShortAnswersWhereDraftingBarelyPaysCostAFewPercent) {
+  auto smol = [](int rows) { return 8.5 * (1 + 0.3 * (rows - 1)); };
+  for (const double accept : {0.3, 0.5, 0.66}) {
+    for (const int passes : {60, 90, 250}) {
+      SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/true, PassCosts::cpu());
+      const BudgetRun run = simulate_budget_trees(policy, 7, smol, 6.0, accept, passes);
+      const double ratio = run.ms / (run.tokens * smol(1));
+      // A 60-pass answer pays about two passes for what the first drafted ones measure.
+      EXPECT_LE(ratio, passes < 90 ? 1.04 : 1.03) << "accept " << accept << ", " << passes;
+      ASSERT_GE(run.budgets.size(), 3u);
+      EXPECT_EQ(run.budgets[0], 1);
+      EXPECT_LE(run.budgets[1], 2);
+      EXPECT_LE(run.budgets[2], 4);
+    }
+  }
+  // Where it pays, it drafts on, and grows the trees.
+  SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/true, PassCosts::cpu());
+  const BudgetRun run = simulate_budget_trees(policy, 7, smol, 6.0, 0.8, 250);
+  EXPECT_TRUE(policy.drafting());
+  EXPECT_LT(run.ms / (run.tokens * smol(1)), 0.9);
+  EXPECT_GE(*std::max_element(run.budgets.begin(), run.budgets.end()), 6);
+}
+
 // Passes that accept nothing at first (bad luck, or the first passes' cold graphs) do not keep
 // the trees small: the budgets not measured lately are priced optimistically and tried again.
 TEST(SpecPolicyTest, BudgetTreesRecoverFromAnUnluckyStart) {
@@ -661,8 +721,9 @@ struct Phase {
   double accept;
 };
 double time_against_plain(const std::vector<Phase>& phases, const Backend& b, int tokens,
-                          bool* drafting_at_end = nullptr, int texts = 1) {
-  SpecPolicy policy;
+                          bool* drafting_at_end = nullptr, int texts = 1,
+                          const PassCosts& costs = {}) {
+  SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/false, costs);
   const int prompt = 40;
   double total_ms = 0;
   int all_generated = 0, cycle = 0;
@@ -737,6 +798,25 @@ TEST(SpecPolicyTest, RequestsWhereDraftingNeverPaysCostAFewPercent) {
       EXPECT_LE(time_against_plain({{0, accept}}, cpu, tokens, nullptr, /*texts=*/10), 1.03)
           << tokens << " tokens, accept " << accept;
     }
+  }
+}
+
+// The same promises with a CPU's pass costs (PassCosts::cpu()), for a draft model on a CPU
+// target (Qwen2.5-Coder-1.5B with the 0.5B: a 30 ms pass, rows at 0.25, 8 ms a level), and it
+// still finds where drafting pays.
+TEST(SpecPolicyTest, CpuPassCostsKeepThePromises) {
+  const Backend qwen{.base = 30, .per_row = 0.25, .draft_per_level = 8, .catch_up_per_token = 3};
+  const PassCosts cpu = PassCosts::cpu();
+  for (const int tokens : {128, 1000}) {
+    for (const double accept : {0.2, 0.45}) {
+      EXPECT_LE(time_against_plain({{0, accept}}, qwen, tokens, nullptr, 1, cpu), 1.035)
+          << tokens << " tokens, accept " << accept;
+      EXPECT_LE(time_against_plain({{0, accept}}, kDraftModel, tokens, nullptr, 1, cpu), 1.03)
+          << tokens << " tokens, accept " << accept;
+    }
+    bool drafting = false;
+    EXPECT_LT(time_against_plain({{0, 0.9}}, qwen, tokens, &drafting, 1, cpu), 0.85) << tokens;
+    EXPECT_TRUE(drafting);
   }
 }
 

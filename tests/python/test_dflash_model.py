@@ -31,10 +31,10 @@ REPO = Path(__file__).resolve().parents[2]
 TARGET = "smollm2-135m"
 
 
-def run_salvo(salvo, model, drafter, inputs, tmp, adapter=True, chunk=0):
+def run_salvo(salvo, model, drafter, inputs, tmp, adapter=True, chunk=0, depth=0):
     out, aout = os.path.join(tmp, "logits.f32"), os.path.join(tmp, "adapter.f32")
     cmd = [salvo, "dflash", "--model", model, "--drafter", drafter, "--inputs", inputs, "--out", out,
-           "--chunk", str(chunk)]
+           "--chunk", str(chunk), "--depth", str(depth)]
     if adapter:
         cmd += ["--adapter-out", aout]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -89,6 +89,26 @@ def test_dflash_forward_matches_numpy(random_drafter):
     # The adapter must change something, or the test would not see it.
     assert np.abs(want_adapter - want).max() > 0.1
     np.testing.assert_allclose(got_chunked.reshape(B - 1, V), got, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("f16", [False, True], ids=["q8", "f16"])
+def test_dflash_shallow_pass_matches_the_full_pass(random_drafter, f16, monkeypatch):
+    """A pass of depth D runs the last layer's queries, attention and FFN on rows 1..D only (the
+    other rows give just their K/V): its logits and adapter logits are the full pass's first D
+    rows bit for bit, on the Q8_0 matrices and on the F16 ones (SALVO_DFLASH_F16=1)."""
+    salvo = salvo_bin_or_skip()
+    path, drafter, inputs, features, root, prev, cfg = random_drafter
+    B, V = cfg["block_size"], cfg["target"]["n_vocab"]
+    if f16:
+        monkeypatch.setenv("SALVO_DFLASH_F16", "1")
+    with tempfile.TemporaryDirectory() as tmp:
+        full, full_adapter = run_salvo(salvo, path, drafter, inputs, tmp)
+        full, full_adapter = full.reshape(B - 1, V), full_adapter.reshape(B - 1, V)
+        for depth in (1, 3, B - 2):
+            got, got_adapter = run_salvo(salvo, path, drafter, inputs, tmp, depth=depth)
+            np.testing.assert_array_equal(got.reshape(depth, V), full[:depth], f"depth {depth}")
+            np.testing.assert_array_equal(got_adapter.reshape(depth, V), full_adapter[:depth],
+                                          f"adapter, depth {depth}")
 
 
 def test_dflash_bad_drafter_is_a_clear_error(random_drafter, tmp_path):
