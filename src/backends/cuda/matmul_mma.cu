@@ -327,7 +327,7 @@ struct MmaArgs {
 constexpr int kTileRows = 32;
 
 // The kernels are compiled per layout (kTiled) rather than branching on p.tiled: the address
-// arithmetic sits in the copy loops, and a runtime choice there cost the row-major layout 4% of
+// arithmetic sits in the copy loops, and a runtime choice there cost the row-major layout 5% of
 // a 1.5B decode step (H200, session 20).
 // Block 0 of row `o`: in the row-major GGUF layout, or in tile_weights()' (where a row's
 // blocks sit kTileRows blocks apart).
@@ -1083,16 +1083,15 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
 }
 
 // The types tile_weights() lays out (one block a unit); the others compile one layout.
-template <DType T>
-constexpr bool can_tile() {
-  return T == DType::kQ4_K || T == DType::kQ5_K || T == DType::kQ6_K;
+constexpr bool can_tile(DType t) {
+  return t == DType::kQ4_K || t == DType::kQ5_K || t == DType::kQ6_K;
 }
 
 template <DType T, int NT>
 void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 16));
   const dim3 grid(blocks, row_pieces(grp), static_cast<unsigned>(grp.splits));
-  if constexpr (can_tile<T>()) {
+  if constexpr (can_tile(T)) {
     if (grp.m[0].tiled) return launch(mma_kernel<T, NT, true>, grid, 32 * warps, 0, stream, grp);
   }
   launch(mma_kernel<T, NT, false>, grid, 32 * warps, 0, stream, grp);
@@ -1114,7 +1113,7 @@ void launch_dp4a_as(MmaGroup grp, int warps, cudaStream_t stream) {
 
 template <DType T, int R>
 void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
-  if constexpr (can_tile<T>()) {
+  if constexpr (can_tile(T)) {
     if (grp.m[0].tiled) return launch_dp4a_as<T, R, true>(grp, warps, stream);
   }
   launch_dp4a_as<T, R, false>(grp, warps, stream);
@@ -1233,9 +1232,7 @@ MmaArgs piece_args(const MatmulParams& p) {
 
 }  // namespace
 
-bool tiled_layout_supported(DType type) {
-  return type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;  // can_tile
-}
+bool tiled_layout_supported(DType type) { return can_tile(type); }
 
 std::vector<uint8_t> tile_weights(DType type, const void* w, int64_t n_out, int64_t n_in) {
   SALVO_CHECK(tiled_layout_supported(type));
