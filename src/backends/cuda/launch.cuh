@@ -14,7 +14,11 @@
 // Measured on the H200 (session 10, tg128, two alternations): real Qwen2.5-Coder-1.5B 428 -> 447
 // tok/s, the random 7B shape 252 -> 252. Prefetching the next matmul's weights into L2 before the
 // wait (cp.async.bulk.prefetch.L2) added nothing at one round of the warps' loads and lost 7% on
-// the 7B shape for whole tiles, so kernels prefetch nothing.
+// the 7B shape for whole tiles. What does pay is the matmul kernels' first weight unit read into
+// shared memory or registers before pdl_wait() (weights are never a kernel's output): session 21,
+// real Qwen2.5-Coder-1.5B tg128 810 -> 859 tok/s, random 7B shape 408 -> 428. Loading committed
+// K rows and the batch metadata before the wait in attention lost (more registers: 8-row passes
+// +9%, pp512 -10%).
 #pragma once
 
 #include <cuda_runtime.h>
