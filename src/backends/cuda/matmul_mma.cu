@@ -636,6 +636,11 @@ __global__ void __launch_bounds__(32 * kMaxSlices, mma_min_blocks<T, NT>())
 // 16-byte granules, so the lanes' 16-byte reads (Q4_K, Q5_K) hit distinct banks; the 2-byte
 // aligned formats read aligned words and shift them into place. The warps run their pipelines
 // independently (no block barrier until the final sum).
+//
+// The staged kernel's mma form (kMma) keeps those copies and computes 5-8 rows of the k-quants
+// on the tensor cores instead: each warp's 32 rows are two m16 tiles read from the stage, its
+// activations n8 tiles staged fragment-major (fragment_offset). mma_kernel's threads read their
+// 8-16-byte pieces of 16 rows straight from global memory, one dependent round per unit.
 
 // Units per warp in shared memory (one computed, one in flight). Four (a short row's units all
 // in flight at once, but 147 KB per 8-warp Q4_K block: one block per SM) measured slower on the
@@ -839,9 +844,115 @@ __device__ __forceinline__ void dp4a_block(const Src& src, int blk, const int8_t
   }
 }
 
-template <DType T, int R, bool kTiled>
-__global__ void __launch_bounds__(32 * kMaxSlices)
+// A shared-memory copy of a block for Fmt::load (plain loads: __ldg reads global memory only).
+struct SmemPtr {
+  const uint8_t* p;
+};
+__device__ __forceinline__ SmemPtr operator+(SmemPtr b, int d) { return {b.p + d}; }
+__device__ __forceinline__ uint32_t ld_a2(SmemPtr b) {
+  const uint16_t* s = reinterpret_cast<const uint16_t*>(b.p);
+  return static_cast<uint32_t>(s[0]) | (static_cast<uint32_t>(s[1]) << 16);
+}
+__device__ __forceinline__ uint32_t ld_a4(SmemPtr b) {
+  return *reinterpret_cast<const uint32_t*>(b.p);
+}
+__device__ __forceinline__ uint2 ld_a8(SmemPtr b) { return *reinterpret_cast<const uint2*>(b.p); }
+__device__ __forceinline__ uint4 ld_a16(SmemPtr b) { return *reinterpret_cast<const uint4*>(b.p); }
+__device__ __forceinline__ uint16_t ld_u16(SmemPtr b) {
+  return *reinterpret_cast<const uint16_t*>(b.p);
+}
+
+// The staged kernel's mma form (kMma, 5-8 rows of the k-quants): the warp's 32 output rows are
+// two m16 tiles and its R = 8 NT activation rows NT n8 tiles. The unit's activations sit in the
+// stage fragment-major: the B fragment of (step s, n tile nt) is 32 lanes' 8 (k32 steps) or 4
+// (k16) consecutive bytes, so a lane's read is one conflict-free load. Byte offset of the 16-byte
+// piece c (elements [16c, 16c + 16)) of activation row r within the unit's stage:
+template <DType T, int NT>
+__device__ __forceinline__ int fragment_offset(int r, int c) {
+  using F = Fmt<T>;
+  static_assert(F::kPair8 || F::kK == 16, "k32 steps pair bytes [8t, 8t + 8)");
+  if constexpr (F::kK == 32) return 16 * (((c / 2) * NT + r / 8) * 16 + 2 * (r % 8) + c % 2);
+  return 16 * ((c * NT + r / 8) * 8 + r % 8);
+}
+
+// All steps of one staged block for the lane's rows g, g + 8, 16 + g, 24 + g of the tile (rows[i]
+// holds row 8i + g's copy) and acc[(mt NT + nt) 4 + i], the m16n8 accumulator i of m tile mt and
+// n tile nt. The float steps of block_steps in the same order, so the bits are those of the other
+// kernels.
+template <DType T, int NT>
+__device__ __forceinline__ void mma_stage_block(const SmemPtr (&rows)[4], const int8_t* xs,
+                                                const Q8Meta* ms, int lane, float (&acc)[8 * NT]) {
+  using F = Fmt<T>;
+  constexpr int R = 8 * NT;
+  const int g = lane / 4, t = lane % 4;
+  typename F::Raw raw[4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i) F::load(rows[i], t, raw[i]);
+#pragma unroll
+  for (int s = 0; s < F::kElems / F::kK; ++s) {
+    uint32_t a[2][4];
+    float dw[2][2], mw[2][2];
+#pragma unroll
+    for (int mt = 0; mt < 2; ++mt) {
+      mw[mt][0] = mw[mt][1] = 0.0f;
+      if constexpr (F::kK == 32) {
+        fmt_step<T>(raw[2 * mt], s, t, a[mt][0], a[mt][2], dw[mt][0], mw[mt][0]);
+        fmt_step<T>(raw[2 * mt + 1], s, t, a[mt][1], a[mt][3], dw[mt][1], mw[mt][1]);
+      } else {
+        F::step(raw[2 * mt], s, a[mt][0], dw[mt][0]);
+        F::step(raw[2 * mt + 1], s, a[mt][1], dw[mt][1]);
+      }
+    }
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+      int c[2][4] = {{0, 0, 0, 0}, {0, 0, 0, 0}};
+      if constexpr (F::kK == 16) {
+        const uint32_t b0 =
+            *reinterpret_cast<const uint32_t*>(xs + ((s * NT + nt) * 32 + lane) * 4);
+        mma_k16_u8(c[0], a[0][0], a[0][1], b0);
+        mma_k16_u8(c[1], a[1][0], a[1][1], b0);
+      } else {
+        const uint2 b = *reinterpret_cast<const uint2*>(xs + ((s * NT + nt) * 32 + lane) * 8);
+        mma_k32<F::kSigned>(c[0], a[0][0], a[0][1], a[0][2], a[0][3], b.x, b.y);
+        mma_k32<F::kSigned>(c[1], a[1][0], a[1][1], a[1][2], a[1][3], b.x, b.y);
+      }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const Q8Meta m = ld_meta(ms + (s * F::kK / 32) * R + 8 * nt + 2 * t + j);
+        const float dx = m.d;
+        int xs_sum;
+        if constexpr (F::kK == 16) {
+          xs_sum = s % 2 ? m.sum_hi : m.sum_lo;
+        } else {
+          xs_sum = m.sum_lo + m.sum_hi;
+        }
+        const float dxs = __fmul_rn(dx, static_cast<float>(xs_sum));
+#pragma unroll
+        for (int mt = 0; mt < 2; ++mt) {
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {  // output rows g and g + 8 of the m tile
+            float& out = acc[(mt * NT + nt) * 4 + 2 * h + j];
+            const int isum = c[mt][2 * h + j] - F::kOffset * xs_sum;
+            out = __fmaf_rn(__fmul_rn(dw[mt][h], dx), static_cast<float>(isum), out);
+            if constexpr (F::kMin) out = __fmaf_rn(mw[mt][h], dxs, out);
+          }
+        }
+      }
+    }
+  }
+}
+
+// Blocks per SM the staged kernel's registers must allow (its shared memory allows two for R = 8
+// with kMma, which then needs <= 128 registers).
+template <DType T, int R, bool kMma>
+constexpr int staged_min_blocks() {
+  return kMma && R == 8 && T != DType::kQ6_K ? 2 : 1;
+}
+
+template <DType T, int R, bool kTiled, bool kMma>
+__global__ void __launch_bounds__(32 * kMaxSlices, staged_min_blocks<T, R, kMma>())
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
+  static_assert(!kMma || (R % 8 == 0 && Fmt<T>::kUnit == 1), "mma: n8 tiles of one-block units");
   using F = Fmt<T>;
   constexpr int kPitch = unit_pitch<T>(), kGranules = kPitch / 16;
   using Stage = Dp4aStage<T, R>;
@@ -889,7 +1000,9 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     for (int q = lane; q < R * (Stage::kUnitElems / 16); q += 32) {
       const int r = q / (Stage::kUnitElems / 16), c = q % (Stage::kUnitElems / 16);
       const int8_t* src = p.xq + static_cast<int64_t>(min(r, p.n_rows - 1)) * p.n_in + e0 + 16 * c;
-      if (16 * c < elems) cp_async16_ca(x_dst + r * Stage::kUnitElems + 16 * c, src);
+      int at = r * Stage::kUnitElems + 16 * c;
+      if constexpr (kMma) at = fragment_offset<T, R / 8>(r, c);
+      if (16 * c < elems) cp_async16_ca(x_dst + at, src);
     }
     Q8Meta* const m_dst = reinterpret_cast<Q8Meta*>(dst + Stage::kWeightBytes + Stage::kXBytes);
 #pragma unroll
@@ -962,9 +1075,21 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     const int8_t* const x_copy = reinterpret_cast<const int8_t*>(stage_i + Stage::kWeightBytes);
     const Q8Meta* const m_copy =
         reinterpret_cast<const Q8Meta*>(stage_i + Stage::kWeightBytes + Stage::kXBytes);
-    // Byte offset of the unit's first byte within its first granule.
-    const int lead =
-        static_cast<int>(reinterpret_cast<uintptr_t>(unit_row(min(lane, rows_here - 1), u)) & 15);
+    // Byte offset of row r's unit within its copy's first granule.
+    auto lead_of = [&](int r) {
+      return static_cast<int>(reinterpret_cast<uintptr_t>(unit_row(min(r, rows_here - 1), u)) & 15);
+    };
+    if constexpr (kMma) {
+      SmemPtr rows[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = 8 * i + lane / 4;
+        rows[i] = {stage_i + r * kPitch + lead_of(r)};
+      }
+      mma_stage_block<T, R / 8>(rows, x_copy, m_copy, lane, acc);
+      continue;
+    }
+    const int lead = lead_of(lane);
 #pragma unroll
     for (int b = 0; b < F::kUnit; ++b) {
       const int blk = u * F::kUnit + b;
@@ -983,17 +1108,24 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
     }
   }
   cp_async_wait<0>();
+  __syncwarp();
 
-  __shared__ float partial[kMaxSlices][R][32];
+  // The warps' sums, added in warp order; each warp leaves its R x 32 values in its own (now
+  // idle) stages, so the kernel needs no further shared memory.
+  static_assert(R * 32 * sizeof(float) <= Stage::kBytes, "a warp's sums fit its stage");
+  auto warp_sums = [&](int w) {
+    return reinterpret_cast<float*>(reinterpret_cast<uint8_t*>(dp4a_smem) +
+                                    static_cast<size_t>(w) * kDp4aStages * Stage::kBytes);
+  };
   if (warp > 0) {
 #pragma unroll
-    for (int r = 0; r < R; ++r) partial[warp][r][lane] = acc[r];
+    for (int r = 0; r < R; ++r) warp_sums(warp)[r * 32 + lane] = acc[r];
   }
   __syncthreads();
   if (warp == 0) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
-      for (int w = 1; w < n_warps; ++w) acc[r] = __fadd_rn(acc[r], partial[w][r][lane]);
+      for (int w = 1; w < n_warps; ++w) acc[r] = __fadd_rn(acc[r], warp_sums(w)[r * 32 + lane]);
     }
   }
   if (grp.splits > 1) {
@@ -1009,12 +1141,19 @@ __global__ void __launch_bounds__(32 * kMaxSlices)
   }
   if (warp != 0) return;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    if (r >= p.n_rows) break;
-    float v = acc[r];
-    if (o_raw < p.n_out) {
-      if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o_raw]);
-      p.y[static_cast<int64_t>(r) * p.n_out + o_raw] = v;
+  for (int k = 0; k < R; ++k) {
+    // kMma: accumulator i = k % 4 of m tile mt, n tile nt ((mt NT + nt) 4 + i = k).
+    const int mt = k / 4 / (R / 8), nt = k / 4 % (R / 8), i = k % 4;
+    const int row = kMma ? 8 * nt + 2 * (lane % 4) + i % 2 : k;
+    const int o = kMma ? tile * 32 + 16 * mt + lane / 4 + 8 * (i / 2) : o_raw;
+    if (row >= p.n_rows) {
+      if constexpr (kMma) continue;
+      break;
+    }
+    float v = acc[k];
+    if (o < p.n_out) {
+      if (p.bias != nullptr) v = __fadd_rn(v, p.bias[o]);
+      p.y[static_cast<int64_t>(row) * p.n_out + o] = v;
     }
   }
 }
@@ -1134,18 +1273,18 @@ void launch_mma(MmaGroup grp, int warps, cudaStream_t stream) {
   launch(mma_kernel<T, NT, false>, grid, 32 * warps, 0, stream, grp);
 }
 
-template <DType T, int R, bool kTiled>
+template <DType T, int R, bool kTiled, bool kMma = false>
 void launch_dp4a_as(MmaGroup grp, int warps, cudaStream_t stream) {
   // The stages of 8 warps exceed the default 48 KB of dynamic shared memory for most formats.
   static const bool opted_in = [] {
-    return cudaFuncSetAttribute(dp4a_kernel<T, R, kTiled>,
+    return cudaFuncSetAttribute(dp4a_kernel<T, R, kTiled, kMma>,
                                 cudaFuncAttributeMaxDynamicSharedMemorySize,
                                 dp4a_smem_bytes<T, R>(kMaxSlices)) == cudaSuccess;
   }();
   SALVO_CHECK_MSG(opted_in, "matmul_mma: the dp4a kernel's shared memory is not available");
   const unsigned blocks = static_cast<unsigned>(group_tiles(grp, 32));
-  launch(dp4a_kernel<T, R, kTiled>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)), 32 * warps,
-         dp4a_smem_bytes<T, R>(warps), stream, grp);  // 1 piece
+  launch(dp4a_kernel<T, R, kTiled, kMma>, dim3(blocks, 1, static_cast<unsigned>(grp.splits)),
+         32 * warps, dp4a_smem_bytes<T, R>(warps), stream, grp);  // 1 piece
 }
 
 template <DType T, int R>
@@ -1154,6 +1293,16 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
     if (grp.m[0].tiled) return launch_dp4a_as<T, R, true>(grp, warps, stream);
   }
   launch_dp4a_as<T, R, false>(grp, warps, stream);
+}
+
+// SALVO_MMA_STAGED=0: 5-8 rows of the k-quants take mma_kernel (weights read from global memory
+// by each thread) instead of the staged kernel's mma form (A/B runs only).
+bool staged_mma() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_MMA_STAGED");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
 }
 
 // The rows up to which a launch takes the dp4a GEMV: the variant's, and up to 8 for a Q6_K LM
@@ -1211,6 +1360,18 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
     if (n_rows <= 2) return launch_dp4a<T, 2>(grp, warps, stream);
     if (n_rows <= 4) return launch_dp4a<T, 4>(grp, warps, stream);
     return launch_dp4a<T, 8>(grp, warps, stream);
+  }
+  if constexpr (can_tile(T)) {
+    // The k-quants' 5-8 rows: the staged kernel with mma steps (its copies of the weights are
+    // whole runs of a tile instead of every thread's own 8-16-byte reads). Measured on the H200
+    // (session 21, `salvo bench --verify --verify-context 512`, ms, staged / mma_kernel): random
+    // Qwen2.5-1.5B 5 rows 1.94 / 2.02, 8 rows 2.01 / 2.11; 7B 5 rows 3.63 / 4.41, 8 rows 3.88 /
+    // 4.82. Its R = 16 form (one block per SM) lost at 9-16 rows on the 1.5B (16 rows 3.36 /
+    // 2.98) while the 7B gained (6.70 / 7.20), so those rows stay with mma_kernel.
+    if (n_rows <= 8 && staged_mma()) {
+      return grp.m[0].tiled ? launch_dp4a_as<T, 8, true, true>(grp, warps, stream)
+                            : launch_dp4a_as<T, 8, false, true>(grp, warps, stream);
+    }
   }
   if (n_rows <= 8) return launch_mma<T, 1>(grp, warps, stream);
   if (n_rows <= 16) return launch_mma<T, 2>(grp, warps, stream);
