@@ -1381,21 +1381,6 @@ void launch_rows(MmaGroup grp, int dp4a_rows, cudaStream_t stream) {
   return launch_mma<T, 8>(grp, warps, stream);  // more than 64 rows: every 64-row piece too
 }
 
-// ---- activation quantization ----------------------------------------------------------------
-
-// One warp per 32-element block of a row.
-__global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, int8_t* q,
-                                Q8Meta* meta, int64_t meta_stride) {
-  pdl_enter();
-  const int64_t n_blocks = n_in / 32;
-  const int64_t id = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
-  const int lane = threadIdx.x % 32;
-  if (id >= n_rows * n_blocks) return;
-  const int64_t r = id / n_blocks, b = id % n_blocks;
-  quantize_block_warp(x[r * n_in + 32 * b + lane], lane, q + r * n_in + 32 * b,
-                      meta + b * meta_stride + r);
-}
-
 struct LaunchMma {
   const MmaGroup& grp;
   int dp4a_rows;
@@ -1464,16 +1449,6 @@ bool mma_supports(DType type) {
     default:
       return false;
   }
-}
-
-void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
-                   int64_t meta_stride, cudaStream_t stream) {
-  SALVO_CHECK(n_in % 32 == 0 && meta_stride >= n_rows);
-  const int64_t threads = n_rows * n_in;  // one per element
-  if (threads == 0) return;
-  constexpr int kBlock = 256;
-  launch(quantize_kernel, static_cast<unsigned>((threads + kBlock - 1) / kBlock), kBlock, 0, stream,
-         x, n_rows, n_in, q, meta, meta_stride);
 }
 
 Status matmul_prepare(cudaStream_t stream) {

@@ -298,6 +298,19 @@ struct EmbedLaunch {
   }
 };
 
+// Activation quantization (quantize_rows): one warp per 32-element block of a row.
+__global__ void quantize_kernel(const float* x, int64_t n_rows, int64_t n_in, int8_t* q,
+                                Q8Meta* meta, int64_t meta_stride) {
+  pdl_enter();
+  const int64_t n_blocks = n_in / 32;
+  const int64_t id = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / 32;
+  const int lane = threadIdx.x % 32;
+  if (id >= n_rows * n_blocks) return;
+  const int64_t r = id / n_blocks, b = id % n_blocks;
+  quantize_block_warp(x[r * n_in + 32 * b + lane], lane, q + r * n_in + 32 * b,
+                      meta + b * meta_stride + r);
+}
+
 }  // namespace
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
@@ -318,6 +331,16 @@ void rope(float* x, const int32_t* positions, int64_t n_rows, int n_heads, int h
   const float theta_scale = powf(base, -2.0f / static_cast<float>(n_rot));
   launch(rope_kernel, blocks_for(n), kThreads, 0, stream, x, positions, n_rows, n_heads, head_dim,
          n_rot, theta_scale, mode == RopeMode::kRopeNeox);
+}
+
+void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
+                   int64_t meta_stride, cudaStream_t stream) {
+  SALVO_CHECK(n_in % 32 == 0 && meta_stride >= n_rows);
+  const int64_t threads = n_rows * n_in;  // one per element
+  if (threads > 0) {
+    launch(quantize_kernel, blocks_for(threads), kThreads, 0, stream, x, n_rows, n_in, q, meta,
+           meta_stride);
+  }
 }
 
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
