@@ -58,6 +58,27 @@ sys.path.insert(0, str(BENCH_DIR))
 from bench_vs_llamacpp import amx_advertised, build_noamx_shim, last_json, run_child  # noqa: E402
 
 CATEGORIES = ["code", "math", "chat", "grounded"]
+
+# Share of the host's CPUs other processes may keep busy before a run without a warning. A
+# drafted pass has more host steps than a plain one, so a busy host slows speculation most: on
+# the H200 (session 22) a llama.cpp build beside bench_spec turned auto on chat from 0.99x plain
+# into 0.96x, with 4-5 ms stalls in drafts and passes of 0.5 and 1.2 ms.
+BUSY_WARNING = 0.2
+
+
+def host_busy(seconds: float = 0.5) -> float | None:
+    """Fraction of all CPUs busy over `seconds` (from /proc/stat; None where there is none)."""
+    def sample():
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:]]
+        return sum(v), v[3] + (v[4] if len(v) > 4 else 0)  # total, idle + iowait
+    try:
+        t0, i0 = sample()
+        time.sleep(seconds)
+        t1, i1 = sample()
+    except (OSError, ValueError, IndexError):
+        return None
+    return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else None
 DEFAULT_PROMPTS = REPO_ROOT.parent / "shared" / "bench" / "prompts.jsonl"
 if not DEFAULT_PROMPTS.exists():
     DEFAULT_PROMPTS = pathlib.Path("/work/shared/bench/prompts.jsonl")
@@ -286,8 +307,10 @@ def main() -> None:
     todo = [m for m in modes if not (m in salvo and all(p["id"] in salvo[m] for p in prompts))]
     for m in todo:
         salvo[m] = {}
+    busy = []  # host_busy() before each run: what else the machine was doing
     if todo and args.reps == 1 and not args.interleave:
         for mode in todo:
+            busy.append(host_busy())
             print(f"salvo --spec {mode} on {len(prompts)} prompts ...", file=sys.stderr, flush=True)
             results = run_salvo(args.salvo, model, draft, mode, prompts, args.threads,
                                 args.drafter, args.device, args.temperature)
@@ -295,6 +318,7 @@ def main() -> None:
     elif todo:
         # Interleaved: prompt by prompt, every mode seconds apart, the order rotated per repetition.
         for rep in range(args.reps):
+            busy.append(host_busy())
             for k, p in enumerate(prompts):
                 order = todo[(rep + k) % len(todo):] + todo[:(rep + k) % len(todo)]
                 print(f"rep {rep + 1}/{args.reps} {p['id']}: {' '.join(order)}", file=sys.stderr,
@@ -326,7 +350,15 @@ def main() -> None:
           f"{len(prompts)} prompts ({args.limit} per category at most), "
           f"max tokens {args.max_tokens or 'per prompt'}, {args.reps} repetition(s)"
           f"{', interleaved' if args.reps > 1 or args.interleave else ''}; "
-          f"medians per category; {time.time() - t0:.0f} s\n")
+          f"medians per category; {time.time() - t0:.0f} s")
+    busy = [b for b in busy if b is not None]
+    if busy:
+        print(f"host CPUs busy before the runs (other processes): at most {max(busy):.0%} of "
+              f"{os.cpu_count()}")
+        if max(busy) > BUSY_WARNING:
+            print(f"WARNING: other processes kept more than {BUSY_WARNING:.0%} of the CPUs busy; "
+                  "the speculative modes' timings (more host steps a pass) are the least reliable")
+    print()
 
     def per_prompt(m, i, key):
         return median(r[key] for r in salvo[m][i])
