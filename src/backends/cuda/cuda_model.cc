@@ -577,12 +577,18 @@ class CudaModel : public Model {
                      static_cast<int>(hidden_layers.size()), hidden_.get<float>(), stream_);
       }
     }
-    add(x, h, ne, stream_);  // the last block's residual
     // Only the rows whose logits are read go through the LM head.
     float* lr = logit_rows_.get<float>();
-    gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
     const Q8Out lq = q8_for(n_logits, {&output_});
-    rms_norm_q8(lr, nullptr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, lq, stream_);
+    if (n_logits == n) {
+      // Every row (decode and verification passes: logit_rows is 0..n-1): the norm adds the
+      // last block's residual itself, with the bits of the add, gather and norm it replaces.
+      rms_norm_q8(x, h, output_norm_, lr, n, c.n_embd, c.rms_eps, lq, stream_);
+    } else {
+      add(x, h, ne, stream_);  // the last block's residual
+      gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
+      rms_norm_q8(lr, nullptr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, lq, stream_);
+    }
     if (runs("head")) linear(output_, lr, as_rows(lq), n_logits, logits_.get<float>());
     SALVO_CUDA_CHECK(cudaGetLastError());
   }
