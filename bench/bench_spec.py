@@ -79,6 +79,8 @@ def host_busy(seconds: float = 0.5) -> float | None:
     except (OSError, ValueError, IndexError):
         return None
     return 1.0 - (i1 - i0) / (t1 - t0) if t1 > t0 else None
+
+
 DEFAULT_PROMPTS = REPO_ROOT.parent / "shared" / "bench" / "prompts.jsonl"
 if not DEFAULT_PROMPTS.exists():
     DEFAULT_PROMPTS = pathlib.Path("/work/shared/bench/prompts.jsonl")
