@@ -13,10 +13,20 @@
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
 # pieces <s|q|p>_model.NN, 3 a call (cat them).
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site
-M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $W
+M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $M/qi $W
 [ -d /root/site/gguf ] || pip install -q --no-index --no-deps --target /root/site .gpu/df/whl/*.whl
-for d in s q p; do for f in .gpu/$d/*; do [ -f "$f" ] && mv "$f" $M/$d/; done; done
-echo "pieces: s=$(ls $M/s | wc -l) q=$(ls $M/q | wc -l) p=$(ls $M/p | wc -l)"
+for d in s q p qi; do for f in .gpu/$d/*; do [ -f "$f" ] && mv "$f" $M/$d/; done; done
+echo "pieces: s=$(ls $M/s | wc -l) q=$(ls $M/q | wc -l) p=$(ls $M/p | wc -l) qi=$(ls $M/qi | wc -l)"
+# QINIT=N: the qwen 1.5B run continues a shipped drafter (train.py --init), whose config.json comes in
+# .gpu/df/init_config.json and whose model.safetensors in N pieces in .gpu/qi/ (67 MB: two calls).
+init_args=""
+if [ -n "${QINIT:-}" ]; then
+  if [ ! -f $W/init_q/model.safetensors ] && [ $(ls $M/qi | wc -l) -eq $QINIT ]; then
+    mkdir -p $W/init_q && cp .gpu/df/init_config.json $W/init_q/config.json &&
+      cat $M/qi/* > $W/init_q/.tmp && mv $W/init_q/.tmp $W/init_q/model.safetensors && echo "init drafter joined"
+  fi
+  init_args="--init $W/init_q --lr ${QLR:-4e-4}"
+fi
 rm -rf $W/code; cp -r .gpu/df/code $W/code
 # Once, and atomically: a run reads its data ~40 s after it starts, while later calls come by
 # (session 8 lost a run to a copy that truncated the file under the reader).
@@ -27,6 +37,7 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   name=$1; g=$2; sha=$3; n=$4; dir=$5; gpu=$6; shift 6
   [ -f $W/$name.started ] && return
   [ -f $W/data_$name.json.gz ] || { echo "no data for $name"; return; }
+  case " $* " in *" --init "*) [ -f $W/init_q/model.safetensors ] || return;; esac
   if [ ! -f $g.ok ]; then
     [ $(ls $M/$dir | wc -l) -eq $n ] || return
     cat $M/$dir/* > $g
@@ -51,13 +62,30 @@ start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-20} q "${QGPU:-}" \
   --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
-  ${QGENGPUS:+--gen-gpus $QGENGPUS}
+  ${QGENGPUS:+--gen-gpus $QGENGPUS} $init_args
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
 # its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
 start qwen2.5-coder-0.5b $W/qwen2.5-coder-0.5b.gguf 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ${PPIECES:-9} p "${PGPU:-}" \
   --n-layer 2 --n-ff 1792 --target-layers 2,11,20 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${PPASSES:-5} --minutes ${PMINUTES:-5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${PFEATGB:-60} --eval-max 256
 names="smollm2-135m qwen2.5-coder-1.5b qwen2.5-coder-0.5b"
+# bench [REPS]: bench_spec.py on the H200 with the drafter just trained (out_qwen...) and the one it
+# started from (init_q), alternated REPS times (default 1), in the same window and on the same
+# GGUF. Needs .gpu/df/salvo.gz (a CUDA build), .gpu/df/libfmt.so.9 and .gpu/df/prompts.jsonl.
+if [ "${1:-}" = bench ]; then
+  B=/root/bench; mkdir -p $B
+  [ -x $B/salvo ] || { gunzip -c .gpu/df/salvo.gz > $B/salvo && chmod +x $B/salvo && cp .gpu/df/libfmt.so.9 $B/; }
+  export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
+  g=$W/qwen2.5-coder-1.5b.gguf
+  for r in $(seq ${2:-1}); do for d in $W/out_qwen2.5-coder-1.5b $W/init_q; do
+    [ -f $d/model.safetensors ] || { echo "no drafter in $d"; continue; }
+    echo "== rep $r drafter $d"
+    python3 bench/bench_spec.py --salvo $B/salvo --model $g --prompts .gpu/df/prompts.jsonl --device cuda --skip-llama \
+      --draft-model none --drafter $d --limit 100 --max-tokens 192 --threads 4 \
+      --modes ${MODES:-none auto dflash:adapter:7 dflash:adapter:15} 2>&1 | tee -a $OUT/bench.log
+  done; done
+  exit
+fi
 running() { for n in $names; do [ -f $W/$n.started ] && [ ! -f $W/$n.done ] && return 0; done; return 1; }
 if [ "${1:-}" = wait ]; then  # until every started run is done
   end=$((SECONDS + $2))

@@ -47,12 +47,18 @@ class Table:
 
 
 @torch.no_grad()
-def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8):
+def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=False):
+    """Mean tau per category and builder over anchors every `stride` positions of the generated
+    part. With walk (stride 1): tau as decoding sees it, a walk from the prompt's end that jumps
+    past what each pass accepts, so only the positions a decoder visits count (those after a
+    rejection are harder than the average anchor, so this is the lower, truer figure)."""
     from train import compute_features  # noqa: avoid a cycle at import time
 
     B = cfg["block_size"]
+    stride = 1 if walk else stride
     stats = {}
     embd, lm_head = tg.embd.float(), tg.lm_head.float()
+    keys = ["chain"] + [f"tree{b}" for b in BUDGETS] + [f"tree{b}_adapter" for b in BUDGETS]
     for s, P, cat in zip(seqs, plens, cats):
         anchors = list(range(P, len(s) - B + 1, stride))
         if not anchors:
@@ -76,29 +82,46 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8):
         alp = torch.log_softmax(al, -1) + mass
         labels_all = [s[p + 1:p + B] for p in anchors]
         ttok_l, tlp_l, alp_l = ttok.tolist(), tlp.tolist(), alp.tolist()
-        st = stats.setdefault(cat, {"n": 0, "chain": 0.0, **{f"tree{b}": 0.0 for b in BUDGETS},
-                                    **{f"tree{b}_adapter": 0.0 for b in BUDGETS}})
+        acc = []  # per anchor: accepted draft tokens of every builder
         for a in range(len(anchors)):
             lab = labels_all[a]
-            acc = 0
-            while acc < B - 1 and ttok_l[a][acc][0] == lab[acc]:
-                acc += 1
-            st["n"] += 1
-            st["chain"] += 1 + acc
+            n = 0
+            while n < B - 1 and ttok_l[a][n][0] == lab[n]:
+                n += 1
+            got = {"chain": n}
             for name, tab in (("", Table(ttok_l[a], tlp_l[a])), ("_adapter", Table(ttok_l[a], tlp_l[a], alp_l[a]))):
                 res = best_first(tab, lab, B - 1, k, max(BUDGETS))
                 for b in BUDGETS:
-                    st[f"tree{b}{name}"] += 1 + res[b - 1]
+                    got[f"tree{b}{name}"] = res[b - 1]
+            acc.append(got)
+        st = stats.setdefault(cat, {"n": 0, **{key: 0.0 for key in keys}})
+        if not walk:
+            st["n"] += len(acc)
+            for got in acc:
+                for key in keys:
+                    st[key] += 1 + got[key]
+            continue
+        # per builder: passes and tokens of the walk (tau = tokens / passes, pooled over sequences)
+        st["n"] += 1
+        for key in keys:
+            a = 0
+            while a < len(acc):
+                st[key] += 1 + acc[a][key]
+                st.setdefault("passes_" + key, 0)
+                st["passes_" + key] += 1
+                a += 1 + acc[a][key]
     total = {"n": 0}
     for cat, st in stats.items():
         n = st["n"]
-        for key in st:
-            if key != "n":
-                total[key] = total.get(key, 0.0) + st[key]
+        for key in keys:
+            total[key] = total.get(key, 0.0) + st[key]
+            if walk:
+                total["passes_" + key] = total.get("passes_" + key, 0) + st["passes_" + key]
+                st[key] = round(st[key] / st.pop("passes_" + key), 3)
+            else:
                 st[key] = round(st[key] / n, 3)
         total["n"] += n
-    for key in total:
-        if key != "n":
-            total[key] = round(total[key] / total["n"], 3)
+    for key in keys:
+        total[key] = round(total[key] / (total.pop("passes_" + key) if walk else total["n"]), 3)
     stats["all"] = total
     return stats

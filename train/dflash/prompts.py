@@ -101,13 +101,13 @@ def _sql(rng, pool):
 def code_prompt(rng, pool):
     k = rng.random()
     lang = rng.choice(T.LANGS)
-    if k < 0.28 and pool["py"]:
+    if k < 0.2 and pool["py"]:
         it = rng.choice(pool["py"])
         if it["kind"] == "class":
             return rng.choice(T.CLASS_FORMS).format(lang=lang, name=it["name"], doc=it["doc"])
         return rng.choice(T.DOC_FORMS).format(lang=lang, name=it["name"], args=", ".join(it["args"]), doc=it["doc"],
                                               module=it["module"])
-    if k < 0.5 and pool["snippets"]:
+    if k < 0.38 and pool["snippets"]:
         it = rng.choice(pool["snippets"])
         if rng.random() < 0.2:
             bug = _plant_bug(it["code"], rng)
@@ -117,12 +117,12 @@ def code_prompt(rng, pool):
             head = it["code"].split('"""')
             return f"Complete this function:\n\n{head[0]}\"\"\"{head[1]}\"\"\"\n"
         return rng.choice(T.SNIPPET_FORMS).format(code=it["code"], lang=lang)
-    if k < 0.7:
+    if k < 0.72:  # a third: short classic exercises, the commonest code request
         return rng.choice(T.CODE_FORMS).format(lang=lang, task=rng.choice(pool["tasks"]))
     if k < 0.82 and pool["pkgs"]:
         p = rng.choice(pool["pkgs"])
         return rng.choice(T.PKG_CODE_FORMS).format(lang=lang, name=p["name"], syn=p["synopsis"], syn_lc=_lc(p["synopsis"]))
-    if k < 0.92:
+    if k < 0.91:
         return _sql(rng, pool)
     task = rng.choice(pool["shell"])
     return rng.choice([f"Give me a shell one-liner to {task}.", f"Write a bash script to {task}.",

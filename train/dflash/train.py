@@ -100,6 +100,28 @@ class Ranks:
             self.dist = None
 
 
+def load_init(d, cfg, folder):
+    """Copies a shipped drafter's weights (I8 rows times their scale, F32 vectors) into d; the two
+    configs must agree on every shape."""
+    from safetensors.numpy import load_file
+    old = json.load(open(os.path.join(folder, "config.json")))
+    for key in ("target_layers", "block_size", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "adapter"):
+        if old.get(key) != cfg.get(key):
+            raise SystemExit(f"error: --init {folder}: {key} is {old.get(key)!r} there, {cfg.get(key)!r} here")
+    if old["target"]["name"] != cfg["target"]["name"]:
+        raise SystemExit(f"error: --init {folder} drafts for {old['target']['name']}, not {cfg['target']['name']}")
+    w = load_file(os.path.join(folder, "model.safetensors"))
+    with torch.no_grad():
+        for n, t in tensors_of(d).items():
+            if n not in w:
+                raise SystemExit(f"error: --init {folder}: model.safetensors has no {n}")
+            a = w[n].astype(np.float32) * w[n + ".scale"][:, None] if n + ".scale" in w else w[n].astype(np.float32)
+            if a.shape != tuple(t.shape):
+                raise SystemExit(f"error: --init {folder}: {n} is {a.shape} there, {tuple(t.shape)} here")
+            dst = d.a[n.split(".")[1]] if n.startswith("adapter.") else d.w(n)
+            dst.copy_(torch.from_numpy(a))
+
+
 def sha256_of(path):
     h = hashlib.sha256()
     with open(path, "rb") as f:
@@ -399,6 +421,8 @@ def main():
     ap.add_argument("--lr", type=float, default=6e-4)
     ap.add_argument("--heldout", type=float, default=0.05)
     ap.add_argument("--adapter-hidden", type=int, default=256)
+    ap.add_argument("--init", default="", help="a drafter folder to start from (its shipped I8 weights, dequantized; "
+                    "same shape): training continues it on this data")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     ranks = Ranks(args.device)
@@ -502,6 +526,9 @@ def main():
     ids_flat = torch.tensor([t for s in seqs for t in s], device=dev)
 
     d = Drafter(cfg).to(dev)
+    if args.init:
+        load_init(d, cfg, args.init)
+        log(f"weights from {args.init}")
     ranks.same_weights(list(d.p.values()) + list(d.a.values()))
     B = args.block
     weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
@@ -566,6 +593,8 @@ def main():
     tau = evaluate(tg, d_q, cfg, ho_seqs, [plens[i] for i in ho], [prompts[i]["cat"] for i in ho], layers, dev)
     bench_tau = evaluate(tg, d_q, cfg, [seqs[i] for i in bench], [plens[i] for i in bench],
                          [prompts[i]["cat"] for i in bench], layers, dev) if bench else None
+    bench_walk = evaluate(tg, d_q, cfg, [seqs[i] for i in bench], [plens[i] for i in bench],
+                          [prompts[i]["cat"] for i in bench], layers, dev, walk=True) if bench else None
     train_tau = evaluate(tg, d_q, cfg, [seqs[i] for i in tr_eval], [plens[i] for i in tr_eval],
                          [prompts[i]["cat"] for i in tr_eval], layers, dev)
     t_eval = time.time() - t_eval
@@ -573,6 +602,7 @@ def main():
     log("held-out tau", json.dumps(tau, indent=1))
     if bench_tau:
         log("benchmark tau", json.dumps(bench_tau, indent=1))
+        log("benchmark tau, walked as a decoder would", json.dumps(bench_walk, indent=1))
 
     from safetensors.numpy import save_file
     save_file(ship, os.path.join(args.out, "model.safetensors"))
@@ -613,7 +643,7 @@ def main():
                "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
                "drafter_epochs": round(epochs, 3), "adapter_epochs": round(aepochs, 3), "feature_gb": round(feat_gb, 2),
                "feature_shards": len(shards), "ranks": world, "batch": args.batch, "anchors": args.anchors,
-               "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
+               "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "bench_walk_tau": bench_walk, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
     for f in sorted(os.listdir(args.out)):
