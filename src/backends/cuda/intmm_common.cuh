@@ -247,6 +247,19 @@ struct Fmt<DType::kQ6_K> {
     for (int i = 0; i < 4; ++i) r.sc[i] = ld_a2(b + 192 + 4 * i);
     r.d = ld_u16(b + 208);
   }
+  // The words of half n only (steps [8n, 8n + 8)): a kernel holding four rows' blocks loads
+  // each half just before its steps, so half 0's words are dead before half 1's are live.
+  template <class Src>
+  __device__ static void load_half(Src b, int t, int n, Raw& r) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      r.ql[4 * n + h] = ld_a2(b + 64 * n + 16 * h + 4 * t);
+      r.ql[4 * n + 2 + h] = ld_a2(b + 64 * n + 32 + 16 * h + 4 * t);
+      r.qh[2 * n + h] = ld_a2(b + 128 + 32 * n + 16 * h + 4 * t);
+      r.sc[2 * n + h] = ld_a2(b + 192 + 4 * (2 * n + h));
+    }
+    r.d = ld_u16(b + 208);
+  }
   __device__ static void step(const Raw& r, int s, uint32_t& a, float& dw) {
     const int n = s / 8, qq = (s % 8) / 2, h = s % 2;
     const uint32_t ql = r.ql[4 * n + 2 * (qq & 1) + h];

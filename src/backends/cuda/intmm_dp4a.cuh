@@ -275,10 +275,20 @@ __device__ __forceinline__ void mma_stage_block(const SmemPtr (&rows)[4], const 
   constexpr int R = 8 * NT;
   const int t = lane % 4;
   typename F::Raw raw[4];
+  // Q6_K's four rows hold 68 words whole; by halves 36 (ptxas at R = 8: 186 registers whole).
+  constexpr bool kByHalves = T == DType::kQ6_K;
+  if constexpr (!kByHalves) {
 #pragma unroll
-  for (int i = 0; i < 4; ++i) F::load(rows[i], t, raw[i]);
+    for (int i = 0; i < 4; ++i) F::load(rows[i], t, raw[i]);
+  }
 #pragma unroll
   for (int s = 0; s < F::kElems / F::kK; ++s) {
+    if constexpr (kByHalves) {
+      if (s % 8 == 0) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) F::load_half(rows[i], t, s / 8, raw[i]);
+      }
+    }
     uint32_t a[2][4];
     float dw[2][2], mw[2][2];
 #pragma unroll
@@ -332,10 +342,11 @@ __device__ __forceinline__ void mma_stage_block(const SmemPtr (&rows)[4], const 
 }
 
 // Blocks per SM the staged kernel's registers must allow (its shared memory allows two for R = 8
-// with kMma, which then needs <= 128 registers).
+// with kMma, which then needs <= 128 registers; Q6_K fits since mma_stage_block loads its
+// blocks by halves: 186 registers before, one block per SM).
 template <DType T, int R, bool kMma>
 constexpr int staged_min_blocks() {
-  return kMma && R == 8 && T != DType::kQ6_K ? 2 : 1;
+  return kMma && R == 8 ? 2 : 1;
 }
 
 template <DType T, int R, bool kTiled, bool kMma>
