@@ -94,7 +94,8 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
                 for b in BUDGETS:
                     got[f"tree{b}{name}"] = res[b - 1]
             acc.append(got)
-        st = stats.setdefault(cat, {"n": 0, **{key: 0.0 for key in keys}})
+        st = stats.setdefault(cat, {"n": 0, **{key: 0.0 for key in keys},
+                                    **({"passes_" + key: 0 for key in keys} if walk else {})})
         if not walk:
             st["n"] += len(acc)
             for got in acc:
@@ -107,7 +108,6 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
             a = 0
             while a < len(acc):
                 st[key] += 1 + acc[a][key]
-                st.setdefault("passes_" + key, 0)
                 st["passes_" + key] += 1
                 a += 1 + acc[a][key]
     total = {"n": 0}
