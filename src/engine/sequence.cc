@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <string_view>
 
 #include "util/check.h"
@@ -300,6 +301,10 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
   SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));
   record_acceptance(tree_, accepted, stats);
   const int n_accepted = static_cast<int>(accepted.path.size());
+  std::vector<int32_t> path_order;
+  if (tree_.has_order()) {
+    for (int32_t node : accepted.path) path_order.push_back(tree_.order(node));
+  }
   policy_.record({.rows = pass_rows_,
                   .pass_ms = pass_ms,
                   .draft_ms = pass_draft_ms_,
@@ -309,14 +314,20 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
                   .tokens_emitted = n_accepted + 1,
                   .context = pass_context_,
                   .chain = pass_chain_,
+                  .ordered = tree_.has_order(),
+                  .path_order = path_order,
                   .warmup = warmup});
   if (spec_trace()) {
+    // The accepted nodes' orders (which budgets would have held them) let a replay price
+    // every smaller budget from a run of fixed trees.
+    std::string orders;
+    for (int32_t o : path_order) orders += (orders.empty() ? "" : ",") + std::to_string(o);
     std::fprintf(stderr,
                  "spec trace: rows %d depth %d %s pass %.3f ms%s draft %.3f ms accepted %d | "
-                 "plain %.3f ms drafting %d\n",
+                 "plain %.3f ms drafting %d orders %s\n",
                  pass_rows_, tree_.max_depth(), pass_chain_ ? "chain" : "tree", pass_ms,
                  warmup ? " (warm-up)" : "", pass_draft_ms_, n_accepted, policy_.plain_ms(),
-                 policy_.drafting() ? 1 : 0);
+                 policy_.drafting() ? 1 : 0, orders.empty() ? "-" : orders.c_str());
   }
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 #include <queue>
+#include <utility>
 
 namespace salvo {
 namespace {
@@ -59,6 +60,9 @@ DraftTree chain_tree(std::span<const Candidates> depths, int budget, int max_dep
   const int n = std::min({budget, max_depth, static_cast<int>(depths.size())});
   for (int d = 0; d < n && depths[d].size() > 0; ++d)
     parent = tree.add(parent, depths[d].tokens[0]);
+  std::vector<int32_t> order(tree.size());
+  std::iota(order.begin(), order.end(), 0);  // a smaller budget: a shorter chain
+  tree.set_order(std::move(order));
   return tree;
 }
 
@@ -122,14 +126,17 @@ DraftTree best_first_tree(const ChildScorer& children, int32_t root_token, int b
   // DFS order: every subtree contiguous.
   std::vector<std::pair<int32_t, int32_t>> stack;  // (grown index, tree parent)
   for (auto it = root_kids.rbegin(); it != root_kids.rend(); ++it) stack.push_back({*it, -1});
+  std::vector<int32_t> order;  // the grown index of each node: the queue's order
   while (!stack.empty()) {
     const auto [g, parent] = stack.back();
     stack.pop_back();
     const int32_t node = tree.add(parent, grown[g].token);
+    order.push_back(g);
     for (auto it = grown[g].kids.rbegin(); it != grown[g].kids.rend(); ++it) {
       stack.push_back({*it, node});
     }
   }
+  tree.set_order(std::move(order));
   return tree;
 }
 

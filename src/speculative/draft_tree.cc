@@ -1,6 +1,7 @@
 #include "speculative/draft_tree.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "util/check.h"
 
@@ -16,7 +17,13 @@ int32_t DraftTree::add(int32_t parent, int32_t token) {
   SALVO_CHECK(parent >= -1 && parent < size());
   const int32_t depth = parent < 0 ? 1 : nodes_[parent].depth + 1;
   nodes_.push_back({token, parent, depth});
+  order_.clear();  // a tree changed after its order was given has none
   return size() - 1;
+}
+
+void DraftTree::set_order(std::vector<int32_t> order) {
+  SALVO_CHECK(order.size() == nodes_.size());
+  order_ = std::move(order);
 }
 
 void DraftTree::add_chain(int32_t parent, const int32_t* tokens, int32_t n) {

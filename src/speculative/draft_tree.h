@@ -32,13 +32,24 @@ class DraftTree {
   int32_t size() const { return static_cast<int32_t>(nodes_.size()); }
   bool empty() const { return nodes_.empty(); }
   int32_t max_depth() const;
-  void clear() { nodes_.clear(); }
+  void clear() {
+    nodes_.clear();
+    order_.clear();
+  }
 
   // Appends a node below `parent` (-1 = root) and returns its index. Keeps the DFS order only
   // if `parent` is the last node or one of its ancestors; is_valid() tells.
   int32_t add(int32_t parent, int32_t token);
   // Appends a chain below `parent`, each token the child of the previous one.
   void add_chain(int32_t parent, const int32_t* tokens, int32_t n);
+
+  // The order in which a drafter that grows its tree one node at a time chose the nodes: node
+  // i was the order(i)-th grown, so the first n grown nodes are the tree it proposes for a
+  // budget of n nodes (best-first trees and chains nest that way). With it one verified tree
+  // tells what every smaller budget would have yielded. has_order(): the drafter set it.
+  void set_order(std::vector<int32_t> order);
+  bool has_order() const { return !order_.empty(); }
+  int32_t order(int32_t node) const { return order_.empty() ? node : order_[node]; }
 
   // The child of `node` (-1 = root) holding `token`, or -1. Linear in the subtree of `node`.
   int32_t find_child(int32_t node, int32_t token) const;
@@ -47,6 +58,7 @@ class DraftTree {
 
  private:
   std::vector<DraftNode> nodes_;
+  std::vector<int32_t> order_;  // empty: none given
 };
 
 // Appends the verification rows of one sequence to `batch`: the root token at position

@@ -61,6 +61,12 @@ struct PassRecord {
   int tokens_emitted = 1;  // accepted + the bonus token
   int context = 0;         // committed tokens of the sequence before the pass
   bool chain = false;      // the size asked for was a chain (budget == depth)
+  // ordered: the drafter gave its tree's order (DraftTree::order), and path_order holds the
+  // order of each accepted node, the root's child first. A budget tree's first n grown nodes
+  // are its tree of budget n, so the pass also tells what every smaller budget would have
+  // yielded on the same text.
+  bool ordered = false;
+  std::vector<int32_t> path_order;
   // The pass did one-time work besides its rows (Model::last_pass_was_warmup: a CUDA graph
   // captured for a new shape), so its time says nothing about the next pass of that shape.
   bool warmup = false;
@@ -132,9 +138,12 @@ class SpecPolicy {
   double plain_ms() const { return pass_ms(1); }
 
  private:
-  static constexpr double kAlpha = 0.25;       // EMA weight of the newest pass
-  static constexpr double kPlainAlpha = 0.5;   // ... of the newest one-row pass
-  static constexpr double kRateAlpha = 0.125;  // ... of the newest drafted pass's tokens and time
+  static constexpr double kAlpha = 0.25;      // EMA weight of the newest pass
+  static constexpr double kPlainAlpha = 0.5;  // ... of the newest one-row pass
+  // ... of the newest drafted pass's tokens and time. A DFlash tree's tokens range from 1 to 8
+  // pass by pass: at 0.125 the average of a text that decodes at 1.39x plain dipped below
+  // plain often enough that a simulated code answer spent 35% of its passes plain.
+  static constexpr double kRateAlpha = 0.08;
   static constexpr double kForget = 0.98;      // per-pass decay of the acceptance counts
   static constexpr double kPriorWeight = 1.0;  // pseudo-tests at kPriorAcceptance per depth
   static constexpr double kPriorAcceptance = 0.5;
@@ -157,6 +166,8 @@ class SpecPolicy {
   // such a win into a loss. (At 1.5, code on the H200 at 1.35-1.45x drafted 8 passes to a
   // plain one: ~2% of its rate.)
   static constexpr double kClearWin = 1.25;
+  // Of the drafted passes' time that verifying a wider budget tree than the chosen one may add.
+  static constexpr double kExploreShare = 0.01;
   static constexpr double kProbeShare = 0.015;      // of plain time that failed probes may cost
   static constexpr double kEarlierGainShare = 0.1;  // ... of earlier texts' gains
   // Deepest tree of a probe (and of the first drafted passes): a probe asks whether drafting
@@ -168,6 +179,9 @@ class SpecPolicy {
   // the new text's first kNewTextGrace drafted passes are not judged.
   static constexpr double kCarriedAcceptance = 0.02;
   static constexpr int kNewTextGrace = 2;
+  // ... and the budget trees' tokens by budget at this share (simulated 70-pass code answers:
+  // 0.02 gave 0.95 of the fixed 7-node tree's rate, 0.25 0.98).
+  static constexpr double kCarriedBudgets = 0.25;
   // An episode's first kMinJudgedPasses - 1 judged passes keep drafting on a near miss (a rate
   // at least kNearMiss of the one that pays) unless they lost more than kUndecidedLoss one-row
   // passes: one pass is a poor sample of acceptance.
@@ -177,6 +191,10 @@ class SpecPolicy {
 
   DraftSize tree_for_depth(int depth, int max_budget, int max_depth) const;
   void start_episode();  // a probe or a new text: the episode's accounts start from nothing
+  // Budget trees: the tokens the pass's tree, and each smaller budget's, yielded.
+  void record_budgets(const PassRecord& pass);
+  // Budget trees: now and then the widest tree of about the chosen one's cost instead.
+  DraftSize explore_budgets(DraftSize best, int max_budget, int max_depth);
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.
   std::vector<double> acceptance_curve(int depth, bool chain) const;
   // Whether the count's figure was kept within the last kStalePasses recorded passes.
@@ -191,10 +209,11 @@ class SpecPolicy {
   PassCosts costs_;
   // Budget trees: decayed tokens emitted and passes, by the nodes of the tree verified.
   std::vector<double> budget_tokens_, budget_passes_;
-  std::vector<double> pass_ms_by_rows_;          // [rows] EMA; 0 = not measured
-  std::vector<int> passes_by_rows_;              // [rows] passes seen (the first is not kept)
-  std::vector<int> measured_at_by_rows_;         // [rows] recorded_passes_ at the last kept pass
-  int recorded_passes_ = 0;                      // passes given to record()
+  int passes_since_widest_ = 0;           // drafted passes since explore_budgets() last widened one
+  std::vector<double> pass_ms_by_rows_;   // [rows] EMA; 0 = not measured
+  std::vector<int> passes_by_rows_;       // [rows] passes seen (the first is not kept)
+  std::vector<int> measured_at_by_rows_;  // [rows] recorded_passes_ at the last kept pass
+  int recorded_passes_ = 0;               // passes given to record()
   std::vector<double> tested_[2], accepted_[2];  // [chain][depth - 1] decayed counts
   bool draft_measured() const;
   std::vector<double> draft_ms_by_depth_;  // [depth] steady-state EMA; < 0 = not measured

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <vector>
@@ -149,6 +150,54 @@ TEST(DflashTree, BestFirstWithParentDependentChildren) {
     std::sort(got.begin(), got.end());
     EXPECT_EQ(got, brute_force(scorer, 7, budget, 4)) << "budget " << budget;
   }
+}
+
+// The policy prices every budget below the one verified from the tree's order
+// (SpecPolicy::record_budgets), which holds only if the nodes of order below n are the tree the
+// builder grows for a budget of n, for every tree shape it makes.
+TEST(DflashTree, TheOrderGivesEverySmallerBudgetsTree) {
+  std::mt19937 rng(5);
+  std::map<std::pair<int, int32_t>, Candidates> table;
+  const ChildScorer adapter = [&](int depth, int32_t parent) {
+    auto it = table.find({depth, parent});
+    if (it == table.end())
+      it = table.emplace(std::make_pair(depth, parent), random_candidates(rng, 3, 30)).first;
+    return it->second;
+  };
+  std::vector<Candidates> depths;
+  for (int d = 0; d < 6; ++d) depths.push_back(random_candidates(rng, 4, 40));
+  const std::vector<std::function<DraftTree(int)>> builders = {
+      [&](int budget) { return best_first_tree(adapter, 7, budget, 5); },
+      [&](int budget) { return best_first_tree(depths, budget, 5); },
+      [&](int budget) { return chain_tree(depths, budget, 5); },
+  };
+  for (size_t b = 0; b < builders.size(); ++b) {
+    const DraftTree full = builders[b](24);
+    ASSERT_TRUE(full.has_order());
+    std::vector<int32_t> orders;
+    for (int32_t i = 0; i < full.size(); ++i) {
+      orders.push_back(full.order(i));
+      // A node is grown after its parent.
+      const int32_t parent = full.nodes()[i].parent;
+      if (parent >= 0) EXPECT_GT(full.order(i), full.order(parent));
+    }
+    std::sort(orders.begin(), orders.end());
+    for (int32_t i = 0; i < full.size(); ++i) ASSERT_EQ(orders[i], i) << "builder " << b;
+    const std::vector<Path> full_paths = paths_of(full);
+    for (int n = 1; n <= full.size(); ++n) {
+      std::vector<Path> held;
+      for (int32_t i = 0; i < full.size(); ++i) {
+        if (full.order(i) < n) held.push_back(full_paths[i]);
+      }
+      std::sort(held.begin(), held.end());
+      std::vector<Path> own = paths_of(builders[b](n));
+      std::sort(own.begin(), own.end());
+      EXPECT_EQ(held, own) << "builder " << b << " budget " << n;
+    }
+  }
+  DraftTree changed = chain_tree(depths, 3, 3);
+  changed.add(-1, depths[0].tokens[1]);
+  EXPECT_FALSE(changed.has_order());  // a tree changed after its order has none
 }
 
 TEST(DflashTree, EmptyInputsGiveEmptyTrees) {
