@@ -234,18 +234,8 @@ struct Fmt<DType::kQ6_K> {
   };
   template <class Src>
   __device__ static void load(Src b, int t, Raw& r) {
-#pragma unroll
-    for (int n = 0; n < 2; ++n) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        r.ql[4 * n + 2 * 0 + h] = ld_a2(b + 64 * n + 16 * h + 4 * t);
-        r.ql[4 * n + 2 * 1 + h] = ld_a2(b + 64 * n + 32 + 16 * h + 4 * t);
-        r.qh[2 * n + h] = ld_a2(b + 128 + 32 * n + 16 * h + 4 * t);
-      }
-    }
-#pragma unroll
-    for (int i = 0; i < 4; ++i) r.sc[i] = ld_a2(b + 192 + 4 * i);
-    r.d = ld_u16(b + 208);
+    load_half(b, t, 0, r);
+    load_half(b, t, 1, r);
   }
   // The words of half n only (steps [8n, 8n + 8)): a kernel holding four rows' blocks loads
   // each half just before its steps, so half 0's words are dead before half 1's are live.
