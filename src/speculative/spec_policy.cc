@@ -464,7 +464,9 @@ void SpecPolicy::record(const PassRecord& measured) {
   // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
   // predicts that from the tokens missed), decides how long the next probe waits.
   if (!drafting_) start_episode();
-  episode_loss_ms_ += pass.pass_ms + draft_ms - pass.tokens_emitted * pass_ms(1);
+  const double pass_loss = pass.pass_ms + draft_ms - pass.tokens_emitted * pass_ms(1);
+  episode_loss_ms_ += pass_loss;
+  episode_worst_loss_ms_ = std::max(episode_worst_loss_ms_, pass_loss);
   ++episode_passes_;
   episode_tokens_ += pass.tokens_emitted;
   episode_ms_ += pass.pass_ms + draft_ms;
@@ -497,7 +499,18 @@ void SpecPolicy::record(const PassRecord& measured) {
   if (!pays && !undecided) {
     // The episode (or the probe) failed: the next probe waits until its loss is a small share.
     if (drafting_) plain_ms_since_probe_ = 0;
-    probe_cost_ms_ = std::max(0.0, episode_loss_ms_);
+    // What the next probe loses if it fails like this episode: up to kMinJudgedPasses passes
+    // at the episode's loss per pass (a clear loss stops at its first pass, a near miss goes on
+    // for a few), and no more than kUndecidedLoss plain passes and the dearest pass. Priced at
+    // the whole episode's loss, a long episode that stopped paying, or an unlucky start, made
+    // the next probe wait far longer than its risk. (Session 24, H200: the first code answer
+    // of a run drafted 8 passes at 2.4 tokens each, stopped, and its remaining 180 tokens all
+    // decoded plain, where fixed trees gave 1.5x. Replayed (RecordedCodeAnswers...): that
+    // answer 0.71 -> 0.82 of the fixed trees' rate.)
+    const double per_pass = episode_loss_ms_ / std::max(1, episode_passes_);
+    const double failed_probe = kUndecidedLoss * pass_ms(1) + episode_worst_loss_ms_;
+    probe_cost_ms_ =
+        std::clamp(std::min(episode_loss_ms_, kMinJudgedPasses * per_pass), 0.0, failed_probe);
   }
   // A new text's first drafted passes are not judged (as a fresh policy's are not): the first
   // carries the drafter's catch-up over the whole prompt, and one unlucky pass would otherwise
@@ -552,6 +565,7 @@ void SpecPolicy::record_budgets(const PassRecord& pass) {
 
 void SpecPolicy::start_episode() {
   episode_loss_ms_ = 0;
+  episode_worst_loss_ms_ = 0;
   episode_passes_ = 0;
   episode_tokens_ = 0;
   episode_ms_ = 0;

@@ -230,7 +230,8 @@ class SpecPolicy {
   // Time the current drafting episode lost against plain passes (negative: gained), with the
   // drafter's actual time, catch-up included.
   double episode_loss_ms_ = 0;
-  int episode_passes_ = 0;  // judged drafted passes of the episode
+  double episode_worst_loss_ms_ = 0;  // the episode's dearest pass against plain ones
+  int episode_passes_ = 0;            // judged drafted passes of the episode
   double episode_tokens_ = 0, episode_ms_ = 0;
   double probe_cost_ms_ = 0;          // what the last failed episode lost, catch-up aside
   double catch_up_ms_per_token_ = 0;  // the drafter's catch-up per plain pass it missed

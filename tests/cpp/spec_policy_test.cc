@@ -6,8 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <random>
+#include <sstream>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -726,6 +729,115 @@ TEST(SpecPolicyTest, GrownTreesOfShortAnswersKeepToTheFixedTree) {
   }
   std::printf("%.3f of the fixed 7-node tree's rate\n", run.rate() / fixed_rate);
   EXPECT_GE(run.rate(), 0.96 * fixed_rate);
+}
+
+// Real answers replayed (tests/data/h200_code_tree_orders.txt: 16 code answers of 192 tokens,
+// recorded with fixed 7-node trees on the H200): the policy's pass at token t takes the tree
+// recorded over t, and a budget of n holds the path's nodes of order below n. Pass times are
+// that run's (ms by rows; the draft 0.52 ms). Unlike the synthetic texts these change as they
+// go (an answer's first lines draft worse than its body), which is where stopping and probing
+// cost: session 24's first run of a new policy decoded a whole answer plain after an unlucky
+// start.
+struct RecordedText {
+  std::vector<std::vector<int32_t>> passes;  // each drafted pass's path orders
+  std::vector<bool> plain;                   // the pass was plain (no tree)
+};
+std::vector<RecordedText> recorded_code_texts() {
+  std::ifstream in(std::string(SALVO_SOURCE_DIR) + "/tests/data/h200_code_tree_orders.txt");
+  std::vector<RecordedText> texts;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    RecordedText text;
+    std::istringstream fields(line);
+    std::string field;
+    while (fields >> field) {
+      std::vector<int32_t> orders;
+      if (field != "-" && field != ".") {
+        std::istringstream items(field);
+        std::string item;
+        while (std::getline(items, item, ',')) orders.push_back(std::stoi(item));
+      }
+      text.passes.push_back(orders);
+      text.plain.push_back(field == ".");
+    }
+    texts.push_back(text);
+  }
+  return texts;
+}
+
+double h200_24_ms(int rows) {
+  static constexpr double kMs[] = {0, 1.15, 1.21, 1.53, 1.555, 1.93, 1.93, 1.93, 1.93};
+  return rows <= 8 ? kMs[rows] : 2.9;
+}
+
+// One answer of `tokens` under `policy` (caps: budget 7), tokens and ms added to run.
+// The first pass of each row count captures its CUDA graph (3-8 ms on the H200), as does the
+// drafter's first pass: `warm` holds the row counts captured (0: the drafter).
+void replay_text(SpecPolicy& policy, const RecordedText& text, int tokens, BudgetRun& run,
+                 std::vector<bool>& warm) {
+  std::vector<int> start;  // the first token of each recorded pass
+  int t = 0;
+  for (size_t i = 0; i < text.passes.size(); ++i) {
+    start.push_back(t);
+    t += text.plain[i] ? 1 : 1 + static_cast<int>(text.passes[i].size());
+  }
+  for (int pos = 0; pos < tokens;) {
+    const size_t i = std::upper_bound(start.begin(), start.end(), pos) - start.begin() - 1;
+    const DraftSize size = policy.next(7, 15);
+    const int rows = size.drafting() ? 1 + size.budget : 1;
+    const bool cold = !warm[rows];
+    warm[rows] = true;
+    const double ms = h200_24_ms(rows) + (cold ? 4.0 : 0.0);
+    if (!size.drafting()) {
+      policy.record({.rows = 1, .pass_ms = ms, .warmup = cold});
+      run.tokens += 1, run.ms += ms, pos += 1;
+      continue;
+    }
+    const double draft_ms = warm[0] ? 0.52 : 4.0;
+    warm[0] = true;
+    run.budgets.push_back(size.budget);
+    std::vector<int32_t> path;
+    for (int32_t o : text.passes[i]) {
+      if (o >= size.budget) break;
+      path.push_back(o);
+    }
+    const int accepted = static_cast<int>(path.size());
+    policy.record({.rows = rows,
+                   .pass_ms = ms,
+                   .draft_ms = draft_ms,
+                   .tree_depth = std::min(size.budget, 4),
+                   .accepted = accepted,
+                   .tested = accepted + (accepted < size.budget ? 1 : 0),
+                   .tokens_emitted = accepted + 1,
+                   .ordered = true,
+                   .path_order = path,
+                   .warmup = cold});
+    run.tokens += accepted + 1, run.ms += ms + draft_ms, pos += accepted + 1;
+  }
+}
+
+TEST(SpecPolicyTest, RecordedCodeAnswersKeepToTheFixedTree) {
+  const std::vector<RecordedText> texts = recorded_code_texts();
+  ASSERT_EQ(texts.size(), 16u);
+  BudgetRun fixed_run, run;
+  SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/true);
+  std::vector<bool> warm_fixed(17, false), warm(17, false);
+  for (size_t i = 0; i < texts.size(); ++i) {
+    SpecPolicy fixed(/*adaptive=*/false, /*budget_trees=*/true);
+    BudgetRun fixed_text, text_run;
+    replay_text(fixed, texts[i], 192, fixed_text, warm_fixed);
+    if (i > 0) policy.new_text();
+    replay_text(policy, texts[i], 192, text_run, warm);
+    std::printf("answer %2zu: %.3f of the fixed tree's rate\n", i,
+                text_run.rate() / fixed_text.rate());
+    run.tokens += text_run.tokens, run.ms += text_run.ms;
+    fixed_run.tokens += fixed_text.tokens, fixed_run.ms += fixed_text.ms;
+  }
+  const double plain_rate = 1 / h200_24_ms(1);
+  std::printf("fixed 7-node trees %.2fx plain, --spec auto %.2fx\n", fixed_run.rate() / plain_rate,
+              run.rate() / plain_rate);
+  EXPECT_GE(run.rate(), 0.97 * fixed_run.rate());  // session 23's policy: 0.96
 }
 
 // Passes that accept nothing at first (bad luck, or the first passes' cold graphs) do not keep
