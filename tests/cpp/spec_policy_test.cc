@@ -461,6 +461,15 @@ struct BudgetRun {
   double tokens = 0, ms = 0;
   double rate() const { return tokens / ms; }
 };
+// A plain pass where the policy asks for none: recorded, and added to the run.
+bool ran_plain(SpecPolicy& policy, DraftSize size, double ms, BudgetRun& run, bool warmup = false) {
+  if (size.drafting()) return false;
+  policy.record({.rows = 1, .pass_ms = ms, .warmup = warmup});
+  run.tokens += 1;
+  run.ms += ms;
+  return true;
+}
+
 BudgetRun simulate_budget_trees(SpecPolicy& policy, int max_budget,
                                 const std::function<double(int)>& cost, double draft_ms,
                                 double accept, int passes, int unlucky = 0) {
@@ -468,12 +477,7 @@ BudgetRun simulate_budget_trees(SpecPolicy& policy, int max_budget,
   int cycle = 0;
   for (int i = 0; i < passes; ++i) {
     const DraftSize size = policy.next(max_budget, 15);
-    if (!size.drafting()) {
-      policy.record({.rows = 1, .pass_ms = cost(1)});
-      run.tokens += 1;
-      run.ms += cost(1);
-      continue;
-    }
+    if (ran_plain(policy, size, cost(1), run)) continue;
     run.budgets.push_back(size.budget);
     const int depth = std::min(size.depth, std::max(1, (size.budget * 6 + 5) / 10));
     const double level = 1 - std::pow(1 - accept, static_cast<double>(size.budget) / depth);
@@ -634,12 +638,7 @@ BudgetRun simulate_grown_trees(SpecPolicy& policy, int max_budget,
       path.push_back(order);
     }
     const DraftSize size = policy.next(max_budget, 15);
-    if (!size.drafting()) {
-      policy.record({.rows = 1, .pass_ms = cost(1)});
-      run.tokens += 1;
-      run.ms += cost(1);
-      continue;
-    }
+    if (ran_plain(policy, size, cost(1), run)) continue;
     run.budgets.push_back(size.budget);
     int accepted = 0;
     while (accepted < static_cast<int>(path.size()) && path[accepted] < size.budget) ++accepted;
@@ -789,9 +788,8 @@ void replay_text(SpecPolicy& policy, const RecordedText& text, int tokens, Budge
     const bool cold = !warm[rows];
     warm[rows] = true;
     const double ms = h200_24_ms(rows) + (cold ? 4.0 : 0.0);
-    if (!size.drafting()) {
-      policy.record({.rows = 1, .pass_ms = ms, .warmup = cold});
-      run.tokens += 1, run.ms += ms, pos += 1;
+    if (ran_plain(policy, size, ms, run, cold)) {
+      pos += 1;
       continue;
     }
     const double draft_ms = warm[0] ? 0.52 : 4.0;
