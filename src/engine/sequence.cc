@@ -18,6 +18,18 @@ double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
 
+// SALVO_SPEC_TRACE=1: a line per decode pass on stderr (rows, depth, shape, pass and draft
+// time, depths accepted and tested, the caps, the policy's plain-pass estimate, the accepted
+// nodes' orders), and a line where a policy starts or a new text begins, to see what --spec
+// auto chooses (tests/tools/spec_trace_replay replays it).
+bool spec_trace() {
+  static const bool on = [] {
+    const char* env = std::getenv("SALVO_SPEC_TRACE");
+    return env != nullptr && *env != 0 && *env != '0';
+  }();
+  return on;
+}
+
 void record_acceptance(const DraftTree& tree, const AcceptResult& accepted,
                        GenerationStats& stats) {
   stats.drafted_nodes += tree.size();
@@ -106,11 +118,16 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
     // The CPU backend's pass costs follow from its first passes; a device's first pass of a
     // shape may carry one-time work it does not flag (SpecPolicy's defaults).
     const bool on_cpu = std::string_view(model_.backend_name()) == "cpu";
-    policy_ = SpecPolicy(/*adaptive=*/request.spec.mode == SpecMode::kAuto,
-                         drafter_ && drafter_->drafts_all_depths_at_once(),
-                         on_cpu ? PassCosts::cpu() : PassCosts());
+    const bool adaptive = request.spec.mode == SpecMode::kAuto;
+    const bool budget_trees = drafter_ && drafter_->drafts_all_depths_at_once();
+    policy_ = SpecPolicy(adaptive, budget_trees, on_cpu ? PassCosts::cpu() : PassCosts());
+    if (spec_trace()) {
+      std::fprintf(stderr, "spec trace: policy adaptive %d budget-trees %d costs %s\n", adaptive,
+                   budget_trees, on_cpu ? "cpu" : "device");
+    }
   } else {
     policy_.new_text();
+    if (spec_trace()) std::fprintf(stderr, "spec trace: new text\n");
   }
 
   start_time_ = first_token_time_ = Clock::now();
@@ -170,8 +187,10 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   history_.push_back(root_);
   tree_.clear();
   pass_draft_ms_ = 0;
+  pass_caps_ = {budget, depth};
   const DraftSize size = drafter_ ? policy_.next(budget, depth) : DraftSize{};
   pass_chain_ = SpecPolicy::is_chain(size);
+  pass_size_ = size;
   if (size.drafting()) {
     const auto draft_start = Clock::now();
     tree_ = drafter_->propose(history_, size.budget, size.depth);
@@ -247,18 +266,6 @@ void Sequence::observe_rows(std::span<const float> hidden, std::span<const int32
   drafter_->observe(first, static_cast<int32_t>(rows.size()), features.data());
 }
 
-namespace {
-// SALVO_SPEC_TRACE=1: a line per decode pass on stderr (rows, depth, shape, pass and draft
-// time, depths accepted, the policy's plain-pass estimate), to see what --spec auto chooses.
-bool spec_trace() {
-  static const bool on = [] {
-    const char* env = std::getenv("SALVO_SPEC_TRACE");
-    return env != nullptr && *env != 0 && *env != '0';
-  }();
-  return on;
-}
-}  // namespace
-
 bool Sequence::argmax_suffices() const {
   SALVO_CHECK(active());
   return sampler_->argmax_suffices();
@@ -322,12 +329,18 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
     // every smaller budget from a run of fixed trees.
     std::string orders;
     for (int32_t o : path_order) orders += (orders.empty() ? "" : ",") + std::to_string(o);
+    // With the tested depths, the context and the caps the line holds all the policy was told
+    // and asked, so tests/tools/spec_trace_replay reproduces its choices from a trace.
     std::fprintf(stderr,
-                 "spec trace: rows %d depth %d %s pass %.3f ms%s draft %.3f ms accepted %d | "
-                 "plain %.3f ms drafting %d orders %s\n",
+                 "spec trace: rows %d depth %d %s pass %.3f ms%s draft %.3f ms accepted %d "
+                 "tested %d context %d caps %d/%d size %d/%d | plain %.3f ms drafting %d "
+                 "orders %s\n",
                  pass_rows_, tree_.max_depth(), pass_chain_ ? "chain" : "tree", pass_ms,
-                 warmup ? " (warm-up)" : "", pass_draft_ms_, n_accepted, policy_.plain_ms(),
-                 policy_.drafting() ? 1 : 0, orders.empty() ? "-" : orders.c_str());
+                 warmup ? " (warm-up)" : "", pass_draft_ms_, n_accepted,
+                 n_accepted + (accepted.rejected_draft ? 1 : 0), pass_context_, pass_caps_.budget,
+                 pass_caps_.depth, pass_size_.budget, pass_size_.depth, policy_.plain_ms(),
+                 policy_.drafting() ? 1 : 0,
+                 !tree_.has_order() ? "none" : (orders.empty() ? "-" : orders.c_str()));
   }
   for (int32_t token : accepted.tokens(tree_)) {
     if (emit_token(token)) return finish();

@@ -195,6 +195,8 @@ class Sequence {
   int pass_first_row_ = 0;   // this sequence's first row in the pass's batch
   int pass_context_ = 0;     // committed tokens when the pass was set up
   bool pass_chain_ = false;  // the policy asked for a chain (SpecPolicy::is_chain)
+  DraftSize pass_caps_;      // the caps the policy was given, and
+  DraftSize pass_size_;      // the size it chose (for the trace's replay)
   bool cancelled_ = false;
 };
 
