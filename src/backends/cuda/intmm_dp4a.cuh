@@ -354,14 +354,14 @@ __device__ __forceinline__ void mma_stage_block(const SmemPtr (&rows)[4], const 
 
 // Blocks per SM the staged kernel's registers must allow (its shared memory allows two for R = 8
 // with kMma, which then needs <= 128 registers; Q6_K fits since mma_stage_block loads its
-// blocks by halves: 186 registers before, one block per SM).
-template <DType T, int R, bool kMma>
+// blocks by halves: 186 registers before, one block per SM). The same for every format.
+template <int R, bool kMma>
 constexpr int staged_min_blocks() {
   return kMma && R == 8 ? 2 : 1;
 }
 
 template <DType T, int R, bool kTiled, bool kMma>
-__global__ void __launch_bounds__(32 * kMaxSlices, staged_min_blocks<T, R, kMma>())
+__global__ void __launch_bounds__(32 * kMaxSlices, staged_min_blocks<R, kMma>())
     dp4a_kernel(const __grid_constant__ MmaGroup grp) {
   static_assert(!kMma || (R % 8 == 0 && Fmt<T>::kUnit == 1), "mma: n8 tiles of one-block units");
   using F = Fmt<T>;
