@@ -48,6 +48,18 @@ def model_path_or_skip(name: str) -> str:
     return str(path)
 
 
+def tool_path_or_skip(name: str) -> str:
+    """A helper program of tests/tools/ (built beside the tests): $SALVO_BUILD_DIR's, else the
+    first build/*/ that has it."""
+    build = os.environ.get("SALVO_BUILD_DIR")
+    if build and (pathlib.Path(build) / "tests" / name).exists():
+        return str(pathlib.Path(build) / "tests" / name)
+    found = sorted((REPO_ROOT / "build").glob(f"*/tests/{name}"))
+    if not found:
+        missing(f"{name} is not built")
+    return str(found[0])
+
+
 def salvo_bin_or_skip() -> str:
     path = os.environ.get("SALVO_BIN")
     if not path:

@@ -16,23 +16,12 @@ import pytest
 from gguf import GGMLQuantizationType as T
 from gguf import GGUFReader
 from gguf import quants
-from conftest import missing, models_dir
+from conftest import missing, models_dir, tool_path_or_skip
 
-REPO = Path(__file__).resolve().parents[2]
 MODELS = sorted(glob.glob(str(models_dir() / "*.gguf")))
 SUPPORTED = [T.F32, T.F16, T.BF16, T.Q4_0, T.Q4_1, T.Q5_0, T.Q8_0, T.Q4_K, T.Q5_K, T.Q6_K]
 TENSORS_PER_TYPE = 2  # per model
 MAX_BYTES = 1 << 18  # leading bytes of each real tensor (whole blocks)
-
-
-def tool_path():
-    build = os.environ.get("SALVO_BUILD_DIR")
-    if build and Path(build, "tests", "dequant_tool").exists():
-        return str(Path(build, "tests", "dequant_tool"))
-    found = sorted(glob.glob(str(REPO / "build" / "*" / "tests" / "dequant_tool")))
-    if not found:
-        missing("dequant_tool is not built")
-    return found[0]
 
 
 def salvo_dequantize(raw: np.ndarray, qtype: T, tmp_path: Path) -> np.ndarray:
@@ -42,7 +31,7 @@ def salvo_dequantize(raw: np.ndarray, qtype: T, tmp_path: Path) -> np.ndarray:
     n = raw.size // type_size * block_size
     src, dst = tmp_path / "in.bin", tmp_path / "out.bin"
     raw.tofile(src)
-    subprocess.run([tool_path(), str(int(qtype)), str(n), str(src), str(dst)], check=True)
+    subprocess.run([tool_path_or_skip("dequant_tool"), str(int(qtype)), str(n), str(src), str(dst)], check=True)
     return np.fromfile(dst, dtype=np.float32)
 
 

@@ -5,32 +5,19 @@ across new texts, with the shipped SmolLM2 DFlash drafter (budget trees) and wit
 tried on it, without the GPU. A broken trace is refused with the line that broke it.
 """
 
-import glob
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
-from conftest import missing, model_path_or_skip, salvo_bin_or_skip
+from conftest import model_path_or_skip, salvo_bin_or_skip, tool_path_or_skip
 
-REPO = Path(__file__).resolve().parents[2]
 PROMPTS = [
     "Write a Python function that reverses a list.",
     "What is 17 times 23?",
     "Rewrite this sentence in the passive voice: the cat chased the mouse.",
 ]
-
-
-def tool_path():
-    build = os.environ.get("SALVO_BUILD_DIR")
-    if build and Path(build, "tests", "spec_trace_replay").exists():
-        return str(Path(build, "tests", "spec_trace_replay"))
-    found = sorted(glob.glob(str(REPO / "build" / "*" / "tests" / "spec_trace_replay")))
-    if not found:
-        missing("spec_trace_replay is not built")
-    return found[0]
 
 
 def traced_run(tmp_path, drafter):
@@ -64,7 +51,7 @@ def test_replay_chooses_every_size_as_the_run_did(tmp_path, drafter):
     assert text.count("spec trace: new text") == len(PROMPTS) - 1
     passes = text.count("spec trace: rows ")
     assert passes > 30
-    proc = subprocess.run([tool_path(), str(trace)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([tool_path_or_skip("spec_trace_replay"), str(trace)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout[-2000:]
     assert f"{passes} passes, {passes} chosen as in the run, 0 differ" in proc.stdout
 
@@ -75,9 +62,9 @@ def test_broken_trace_is_refused_with_its_line(tmp_path):
     first_pass = next(i for i, line in enumerate(lines) if "spec trace: rows " in line)
     broken = tmp_path / "broken.txt"
     broken.write_text("\n".join(lines[:first_pass] + ["spec trace: rows 3 depth x"]) + "\n")
-    proc = subprocess.run([tool_path(), str(broken)], capture_output=True, text=True, timeout=60)
+    proc = subprocess.run([tool_path_or_skip("spec_trace_replay"), str(broken)], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert f"line {first_pass + 1}: bad pass line" in proc.stderr
-    missing_file = subprocess.run([tool_path(), str(tmp_path / "none.txt")],
+    missing_file = subprocess.run([tool_path_or_skip("spec_trace_replay"), str(tmp_path / "none.txt")],
                                   capture_output=True, text=True, timeout=60)
     assert missing_file.returncode == 2 and "cannot read" in missing_file.stderr
