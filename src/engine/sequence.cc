@@ -189,7 +189,6 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   pass_draft_ms_ = 0;
   pass_caps_ = {budget, depth};
   const DraftSize size = drafter_ ? policy_.next(budget, depth) : DraftSize{};
-  pass_chain_ = SpecPolicy::is_chain(size);
   pass_size_ = size;
   if (size.drafting()) {
     const auto draft_start = Clock::now();
@@ -308,6 +307,7 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
   SALVO_CHECK(kv_.committed(seq_id_) == static_cast<int>(history_.size()));
   record_acceptance(tree_, accepted, stats);
   const int n_accepted = static_cast<int>(accepted.path.size());
+  const bool chain = SpecPolicy::is_chain(pass_size_);
   std::vector<int32_t> path_order;
   if (tree_.has_order()) {
     for (int32_t node : accepted.path) path_order.push_back(tree_.order(node));
@@ -320,7 +320,7 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
                   .tested = n_accepted + (accepted.rejected_draft ? 1 : 0),
                   .tokens_emitted = n_accepted + 1,
                   .context = pass_context_,
-                  .chain = pass_chain_,
+                  .chain = chain,
                   .ordered = tree_.has_order(),
                   .path_order = path_order,
                   .warmup = warmup});
@@ -328,14 +328,17 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
     // The accepted nodes' orders (which budgets would have held them) let a replay price
     // every smaller budget from a run of fixed trees.
     std::string orders;
-    for (int32_t o : path_order) orders += (orders.empty() ? "" : ",") + std::to_string(o);
+    for (int32_t o : path_order) {
+      if (!orders.empty()) orders += ',';
+      orders += std::to_string(o);
+    }
     // With the tested depths, the context and the caps the line holds all the policy was told
     // and asked, so tests/tools/spec_trace_replay reproduces its choices from a trace.
     std::fprintf(stderr,
                  "spec trace: rows %d depth %d %s pass %.3f ms%s draft %.3f ms accepted %d "
                  "tested %d context %d caps %d/%d size %d/%d | plain %.3f ms drafting %d "
                  "orders %s\n",
-                 pass_rows_, tree_.max_depth(), pass_chain_ ? "chain" : "tree", pass_ms,
+                 pass_rows_, tree_.max_depth(), chain ? "chain" : "tree", pass_ms,
                  warmup ? " (warm-up)" : "", pass_draft_ms_, n_accepted,
                  n_accepted + (accepted.rejected_draft ? 1 : 0), pass_context_, pass_caps_.budget,
                  pass_caps_.depth, pass_size_.budget, pass_size_.depth, policy_.plain_ms(),

@@ -192,11 +192,10 @@ class Sequence {
   DraftTree tree_;        // the draft of the pass in flight
   double pass_draft_ms_ = 0;
   int pass_rows_ = 0;
-  int pass_first_row_ = 0;   // this sequence's first row in the pass's batch
-  int pass_context_ = 0;     // committed tokens when the pass was set up
-  bool pass_chain_ = false;  // the policy asked for a chain (SpecPolicy::is_chain)
-  DraftSize pass_caps_;      // the caps the policy was given, and
-  DraftSize pass_size_;      // the size it chose (for the trace's replay)
+  int pass_first_row_ = 0;  // this sequence's first row in the pass's batch
+  int pass_context_ = 0;    // committed tokens when the pass was set up
+  DraftSize pass_caps_;     // the caps the policy was given, and
+  DraftSize pass_size_;     // the size it chose
   bool cancelled_ = false;
 };
 

@@ -551,14 +551,11 @@ void SpecPolicy::record_budgets(const PassRecord& pass) {
   // passes, so two budgets are compared on the same text rather than each on the passes that
   // chose it (session 23: --spec auto's DFlash trees averaged 2.8 tokens a pass on code where
   // the fixed 7-node tree made 3.26, and 1.45x plain where it made 1.54x).
-  int held = 0;         // path nodes the tree of budget n holds
-  int32_t highest = 0;  // the highest order among them
+  // A node is grown after its parent, so the orders rise along the path and the tree of
+  // budget n holds the nodes before the first of order n or more.
+  int held = 0;
   for (int n = 1; n <= nodes; ++n) {
-    while (held < pass.accepted &&
-           std::max(highest, pass.path_order[held]) < static_cast<int32_t>(n)) {
-      highest = std::max(highest, pass.path_order[held]);
-      ++held;
-    }
+    while (held < pass.accepted && pass.path_order[held] < n) ++held;
     add(n, 1 + held);
   }
 }
