@@ -57,6 +57,7 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # half the data: train.py --gen-gpus). Session 16 shipped three layers, 8 passes capped at 8.5
 # minutes (7.4 done), QFEATGB=100, on one H200 for everything (15.6 GPU minutes).
 # Session 23 continued it on new prompts: QINIT=2 QMINUTES=10.5 QPASSES=14 (lr 4e-4), 18.5 GPU minutes.
+# Session 25 continued that on seed-2 prompts: QINIT=2 QMINUTES=9.5 QPASSES=12, 20.2 GPU minutes.
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
