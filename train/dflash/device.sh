@@ -11,7 +11,7 @@
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
 # Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json,
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
-# pieces <s|q|p>_model.NN, 3 a call (cat them).
+# pieces <s|q|p>_model.NN, 3 a call (cat them), then the run's generated.json.gz as <s|q|p>_gen.NN.
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site
 M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $M/qi $W
 [ -d /root/site/gguf ] || pip install -q --no-index --no-deps --target /root/site .gpu/df/whl/*.whl
@@ -46,7 +46,10 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
     echo "sha ok $name"; touch $g.ok; rm -rf $M/$dir
   fi
   touch $W/$name.started
-  setsid nohup bash -c "${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $W/data_$name.json.gz \
+  # Earlier runs' prompts with their continuations (their generated.json.gz, kept as
+  # data_<name>.<tag>.json.gz) join this run's make_data.py file: only the new prompts are generated.
+  data=$W/data_$name.json.gz; for f in $W/data_$name.*.json.gz; do [ -f "$f" ] && data=$data,$f; done
+  setsid nohup bash -c "${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $data \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
 # Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
@@ -104,10 +107,13 @@ export_out() { # name tag
     echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
     [ -f $W/out_$1/train_log.json ] || { touch $W/$1.exported; return; }
     mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json &&
-      cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model.)
+      cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model. &&
+      { [ ! -f generated.json.gz ] || split -b 15M -d generated.json.gz $P/$2_gen.; })
     return
   fi
-  for f in $(ls $P | head -3); do mv $P/$f $OUT/; done
+  # The drafter's pieces first, then the run's prompts with their continuations (cat $2_gen.* into
+  # a data_<name>.<tag>.json.gz for the next run).
+  for f in $( (ls $P | grep _model.; ls $P | grep -v _model.) | head -3); do mv $P/$f $OUT/; done
   [ -z "$(ls $P)" ] && touch $W/$1.exported
 }
 export_out smollm2-135m s

@@ -130,6 +130,55 @@ def sha256_of(path):
     return h.hexdigest()
 
 
+def load_prompts(paths, target, n_vocab, target_sha, max_new):
+    """The prompts of make_data.py JSONs (or of earlier runs' generated.json.gz), in file order,
+    each token sequence once (the benchmark prompts come with every file). A prompt keeps its
+    "gen" (the target's greedy continuation) only when its file was generated from the same GGUF
+    with the same --max-new: the continuations are the costly part of the data, so runs can add
+    up a corpus by passing the earlier ones' files beside a new make_data.py file."""
+    out, seen = [], set()
+    for path in paths:
+        data = json.load(gzip.open(path, "rt") if path.endswith(".gz") else open(path))
+        if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
+            raise SystemExit(f"error: {path}: expected make_data.py's JSON with a non-empty 'prompts' list")
+        if data.get("model") != target:
+            raise SystemExit(f"error: {path} was tokenized for {data.get('model')!r}, not {target!r}")
+        reuse = data.get("gen_target_sha256") == target_sha and data.get("gen_max_new") == max_new
+        n_gen = sum(1 for p in data["prompts"] if p.get("gen") is not None)
+        if n_gen and not reuse:
+            log(f"{path}: its {n_gen} continuations came from another GGUF or --max-new: generated again")
+        n_dup = 0
+        for i, p in enumerate(data["prompts"]):
+            if not p.get("ids") or max(p["ids"]) >= n_vocab or min(p["ids"]) < 0 or "cat" not in p:
+                raise SystemExit(f"error: {path}: prompt {i} has no category or ids outside [0, {n_vocab})")
+            g = p.get("gen")
+            if g is not None and (not isinstance(g, list) or any(not 0 <= t < n_vocab for t in g)):
+                raise SystemExit(f"error: {path}: prompt {i} has a continuation with ids outside [0, {n_vocab})")
+            key = tuple(p["ids"])
+            if key in seen:
+                n_dup += 1
+                continue
+            seen.add(key)
+            p = dict(p)
+            if not reuse or not g:
+                p.pop("gen", None)
+            out.append(p)
+        log(f"{path}: {len(data['prompts'])} prompts ({n_dup} seen before), {n_gen if reuse else 0} with continuations")
+    return out
+
+
+def write_generated(path, args, target_sha, prompts, gen):
+    """This run's prompts with their continuations, for a later run's --data (load_prompts)."""
+    keep = ("ids", "cat", "split")
+    data = {"model": args.target, "gen_target_sha256": target_sha, "gen_max_new": args.max_new,
+            "source": " ".join(sys.argv), "prompts": [{**{k: p[k] for k in keep if k in p}, "gen": g}
+                                                      for p, g in zip(prompts, gen)]}
+    with gzip.open(path + ".tmp", "wt", compresslevel=9) as f:
+        json.dump(data, f, separators=(",", ":"))
+    os.replace(path + ".tmp", path)
+    log(f"{path}: {len(prompts)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
+
+
 def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
     """Greedy answers, prompts sorted by length; a batch holds at most `batch` rows and, when tokens
     > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)) and tokens/4 prefill
@@ -391,7 +440,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
     ap.add_argument("--gguf", required=True)
-    ap.add_argument("--data", required=True, help="JSON from make_data.py")
+    ap.add_argument("--data", required=True,
+                    help="JSON from make_data.py; comma-separated for several (earlier runs' generated.json.gz too)")
     ap.add_argument("--out", required=True)
     ap.add_argument("--work", default=None, help="cache folder for the generated data")
     ap.add_argument("--seed", type=int, default=0)
@@ -442,26 +492,23 @@ def main():
     gw = GGUFWeights(args.gguf)
     tg = Target(gw, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
     log(f"target {gw.arch} n_layer={gw.n_layer} n_embd={gw.n_embd} vocab={gw.n_vocab} eos={gw.eos}")
-    data = json.load(gzip.open(args.data, "rt") if args.data.endswith(".gz") else open(args.data))
-    if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
-        raise SystemExit(f"error: {args.data}: expected make_data.py's JSON with a non-empty 'prompts' list")
-    if data.get("model") != args.target:
-        raise SystemExit(f"error: {args.data} was tokenized for {data.get('model')!r}, not {args.target!r}")
-    for i, p in enumerate(data["prompts"]):
-        if not p.get("ids") or max(p["ids"]) >= gw.n_vocab or min(p["ids"]) < 0 or "cat" not in p:
-            raise SystemExit(f"error: {args.data}: prompt {i} has no category or ids outside [0, {gw.n_vocab})")
+    target_sha = sha256_of(args.gguf)
+    data_prompts = load_prompts(args.data.split(","), args.target, gw.n_vocab, target_sha, args.max_new)
     by_split = {}
-    for p in data["prompts"]:
+    for p in data_prompts:
         by_split.setdefault(p.get("split", "train"), []).append(p)
     if args.max_prompts:  # smoke tests: a few of each split
         by_split["train"] = by_split.get("train", [])[:args.max_prompts]
         by_split["heldout"] = by_split.get("heldout", [])[:max(4, args.max_prompts // 8)]
     prompts = by_split.get("train", []) + by_split.get("heldout", []) + by_split.get("bench", [])
 
+    # Prompts that came with their continuation (an earlier run's generated.json.gz) skip generation.
+    todo = [i for i, p in enumerate(prompts) if p.get("gen") is None]
+    todo_prompts = [prompts[i] for i in todo]
     work = args.work or args.out
     os.makedirs(work, exist_ok=True)
-    gen_path = os.path.join(work, f"gen_{args.target}_{len(prompts)}_{args.max_new}.json")
-    cached = os.path.exists(gen_path)
+    gen_path = os.path.join(work, f"gen_{args.target}_{len(todo_prompts)}_{args.max_new}.json")
+    cached = os.path.exists(gen_path) or not todo_prompts
     ranks.barrier()  # every rank saw the same cache state before rank 0 may write it
     helpers = start_helpers(args, gen_path) if not cached else []
     if ranks.world > 1 and not cached:
@@ -470,19 +517,27 @@ def main():
             os.remove(stale)
         ranks.barrier()
     t_gen = time.time()
-    if cached:
-        gen = json.load(open(gen_path))
+    if not todo_prompts:
+        new_gen = []
+    elif cached:
+        new_gen = json.load(open(gen_path))
     else:
-        gen = generate_parts(tg, prompts, args, gw.eos, gen_path, helpers, every_part=ranks.world > 1)
-        if gen is None:  # a helper part: its share is written, part 0 trains
+        new_gen = generate_parts(tg, todo_prompts, args, gw.eos, gen_path, helpers, every_part=ranks.world > 1)
+        if new_gen is None:  # a helper part: its share is written, part 0 trains
             log(f"part {args.gen_part}/{args.gen_parts} written")
             return
         if ranks.rank == 0:
-            json.dump(gen, open(gen_path + ".tmp", "w"))
+            json.dump(new_gen, open(gen_path + ".tmp", "w"))
             os.replace(gen_path + ".tmp", gen_path)
     t_gen = time.time() - t_gen
     helper_s = sum(finish_helper(h) for h in helpers)
-    log(f"generation {t_gen:.0f}s, mean {np.mean([len(g) for g in gen]):.0f} new tokens")
+    gen = [p.get("gen") for p in prompts]
+    for i, g in zip(todo, new_gen):
+        gen[i] = g
+    if ranks.rank == 0 and todo_prompts:
+        write_generated(os.path.join(args.out, "generated.json.gz"), args, target_sha, todo_prompts, new_gen)
+    log(f"generation {t_gen:.0f}s for {len(todo)} prompts ({len(prompts) - len(todo)} came with theirs), "
+        f"mean {np.mean([len(g) for g in gen]):.0f} new tokens")
 
     # make_data.py marks held-out prompts (from source groups that training never sees); older data
     # without them: a random 5% of the prompts. Benchmark prompts (make_data.py --bench) are
@@ -503,7 +558,7 @@ def main():
         [1, gw.n_layer // 2 - 1, gw.n_layer - 4]
     cfg = {"format": "salvo-dflash", "version": 1,
            "target": {"name": args.target, "arch": gw.arch, "n_embd": gw.n_embd, "n_vocab": gw.n_vocab,
-                      "n_layer": gw.n_layer, "sha256": sha256_of(args.gguf)},
+                      "n_layer": gw.n_layer, "sha256": target_sha},
            "target_layers": layers, "block_size": args.block, "n_layer": args.n_layer, "n_embd": gw.n_embd,
            "n_head": gw.n_head, "n_head_kv": gw.n_head_kv, "head_dim": gw.head_dim, "n_ff": args.n_ff,
            "rope_base": gw.rope_base, "rms_eps": gw.rms_eps,
@@ -633,7 +688,8 @@ def main():
 
     gpu_min = ((time.time() - t_start) * world + helper_s) / 60  # every rank's and helper's GPU
     json.dump({"command": " ".join(sys.argv), "seed": args.seed, "device": torch.cuda.get_device_name() if dev == "cuda" else "cpu",
-               "torch": torch.__version__, "n_prompts": len(prompts), "n_train": len(tr), "n_heldout": len(ho),
+               "torch": torch.__version__, "n_prompts": len(prompts), "n_generated": len(todo),
+               "n_train": len(tr), "n_heldout": len(ho),
                "n_prompts_by_split_cat": {f"{sp}/{c}": sum(1 for p in prompts if p.get("split", "train") == sp and p["cat"] == c)
                                           for sp in ("train", "heldout", "bench") for c in sorted({p["cat"] for p in prompts})},
                "mean_new_tokens": float(np.mean([len(g) for g in gen])),
