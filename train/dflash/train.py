@@ -8,7 +8,6 @@ target_layers, drafter training (weighted CE), adapter training (drafter frozen)
 """
 
 import argparse
-import gzip
 import hashlib
 import json
 import math
@@ -23,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from corpus import load_prompts, write_generated  # noqa: E402
 from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
 from evaluate import evaluate  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
@@ -128,55 +128,6 @@ def sha256_of(path):
         for chunk in iter(lambda: f.read(1 << 24), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-def load_prompts(paths, target, n_vocab, target_sha, max_new):
-    """The prompts of make_data.py JSONs (or of earlier runs' generated.json.gz), in file order,
-    each token sequence once (the benchmark prompts come with every file). A prompt keeps its
-    "gen" (the target's greedy continuation) only when its file was generated from the same GGUF
-    with the same --max-new: the continuations are the costly part of the data, so runs can add
-    up a corpus by passing the earlier ones' files beside a new make_data.py file."""
-    out, seen = [], set()
-    for path in paths:
-        data = json.load(gzip.open(path, "rt") if path.endswith(".gz") else open(path))
-        if not isinstance(data, dict) or not isinstance(data.get("prompts"), list) or not data["prompts"]:
-            raise SystemExit(f"error: {path}: expected make_data.py's JSON with a non-empty 'prompts' list")
-        if data.get("model") != target:
-            raise SystemExit(f"error: {path} was tokenized for {data.get('model')!r}, not {target!r}")
-        reuse = data.get("gen_target_sha256") == target_sha and data.get("gen_max_new") == max_new
-        n_gen = sum(1 for p in data["prompts"] if p.get("gen") is not None)
-        if n_gen and not reuse:
-            log(f"{path}: its {n_gen} continuations came from another GGUF or --max-new: generated again")
-        n_dup = 0
-        for i, p in enumerate(data["prompts"]):
-            if not p.get("ids") or max(p["ids"]) >= n_vocab or min(p["ids"]) < 0 or "cat" not in p:
-                raise SystemExit(f"error: {path}: prompt {i} has no category or ids outside [0, {n_vocab})")
-            g = p.get("gen")
-            if g is not None and (not isinstance(g, list) or any(not 0 <= t < n_vocab for t in g)):
-                raise SystemExit(f"error: {path}: prompt {i} has a continuation with ids outside [0, {n_vocab})")
-            key = tuple(p["ids"])
-            if key in seen:
-                n_dup += 1
-                continue
-            seen.add(key)
-            p = dict(p)
-            if not reuse or not g:
-                p.pop("gen", None)
-            out.append(p)
-        log(f"{path}: {len(data['prompts'])} prompts ({n_dup} seen before), {n_gen if reuse else 0} with continuations")
-    return out
-
-
-def write_generated(path, args, target_sha, prompts, gen):
-    """This run's prompts with their continuations, for a later run's --data (load_prompts)."""
-    keep = ("ids", "cat", "split")
-    data = {"model": args.target, "gen_target_sha256": target_sha, "gen_max_new": args.max_new,
-            "source": " ".join(sys.argv), "prompts": [{**{k: p[k] for k in keep if k in p}, "gen": g}
-                                                      for p, g in zip(prompts, gen)]}
-    with gzip.open(path + ".tmp", "wt", compresslevel=9) as f:
-        json.dump(data, f, separators=(",", ":"))
-    os.replace(path + ".tmp", path)
-    log(f"{path}: {len(prompts)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
 
 
 def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
@@ -493,7 +444,7 @@ def main():
     tg = Target(gw, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
     log(f"target {gw.arch} n_layer={gw.n_layer} n_embd={gw.n_embd} vocab={gw.n_vocab} eos={gw.eos}")
     target_sha = sha256_of(args.gguf)
-    data_prompts = load_prompts(args.data.split(","), args.target, gw.n_vocab, target_sha, args.max_new)
+    data_prompts = load_prompts(args.data.split(","), args.target, gw.n_vocab, target_sha, args.max_new, log)
     by_split = {}
     for p in data_prompts:
         by_split.setdefault(p.get("split", "train"), []).append(p)
@@ -535,7 +486,9 @@ def main():
     for i, g in zip(todo, new_gen):
         gen[i] = g
     if ranks.rank == 0 and todo_prompts:
-        write_generated(os.path.join(args.out, "generated.json.gz"), args, target_sha, todo_prompts, new_gen)
+        path = os.path.join(args.out, "generated.json.gz")
+        write_generated(path, args.target, target_sha, args.max_new, " ".join(sys.argv), todo_prompts, new_gen)
+        log(f"{path}: {len(todo_prompts)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
     log(f"generation {t_gen:.0f}s for {len(todo)} prompts ({len(prompts) - len(todo)} came with theirs), "
         f"mean {np.mean([len(g) for g in gen]):.0f} new tokens")
 
