@@ -1,5 +1,5 @@
 // The DFlash drafter on the GPU (dflash_runner.h). DeviceDflash holds the drafter's weights on
-// the device (matrices as Q8_0; the adapter's F32, as on the CPU) and the target's device
+// the device (matrices as Q8_0, the adapter's included) and the target's device
 // embedding and LM head, which it reads in place. Each sequence's DeviceDflashRunner keeps the
 // drafter's context K/V ([capacity, kv_width] per layer, committed positions first) and runs
 // a draft pass as one captured CUDA graph: the block [root, mask, ...] through the layers
@@ -66,9 +66,9 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       }
     }
     if (m.has_adapter()) {
-      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_h(), false, &a_h));
-      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_e(), false, &a_e));
-      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_b(), false, &b));
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_h(), true, &a_h.shape));
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_e(), true, &a_e.shape));
+      SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_b(), true, &b.shape));
     }
     return Status();
   }
@@ -79,7 +79,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   DeviceHeads heads;
   int top_k = 0;  // candidates per depth the runner computes
   DeviceLinear fc;
-  MatmulParams a_h, a_e, b;
+  DeviceLinear a_h, a_e, b;  // the adapter
   const float *hidden_norm = nullptr, *mask_embd = nullptr, *output_norm = nullptr;
   std::vector<DeviceDflashLayer> layers;
 
@@ -103,7 +103,9 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   // (2 layers, 16 rows, H200 session 10). The CPU drafter keeps F16; the drafts differ by Q8_0's
   // rounding (cuda_dflash_test bounds the log-probabilities' error), which verification makes
   // harmless: the text is the target's either way. SALVO_DFLASH_CUDA_F16=1 keeps F16. The
-  // adapter's small matrices stay F32, as on the CPU.
+  // adapter's F32 matrices go the same way: through the float kernel, which re-read every parent
+  // row's input from L2 for each output row, they took 66 us of a ~0.5 ms draft pass (a_e and b
+  // over 57 parents; H200, session 26's ncu).
   Status upload_matrix(const WeightView& w, bool compact, MatmulParams* p) {
     if (w.n_in % 16 != 0) {
       return Status::error("drafter matrix with " + std::to_string(w.n_in) +
@@ -208,6 +210,10 @@ class DeviceDflashRunner : public DflashRunner {
       SALVO_RETURN_IF_ERROR(bu_.reserve(n_parents * c.n_embd * f));
       SALVO_RETURN_IF_ERROR(cand_rows_.reserve(D * K * c.n_embd * f));
       SALVO_RETURN_IF_ERROR(scores_.reserve(n_parents * K * f));
+      // The int8 form of the adapter's inputs: parents' embeddings, the depths' y, silu(...).
+      const size_t values = n_parents * std::max<size_t>(c.n_embd, H);
+      SALVO_RETURN_IF_ERROR(adapter_xq_.reserve(values));
+      SALVO_RETURN_IF_ERROR(adapter_xq_meta_.reserve((values / 32 + n_parents) * sizeof(Q8Meta)));
     }
     // Host copies: ids, log-probabilities, scores.
     SALVO_RETURN_IF_ERROR(out_host_.reserve(((1 + D * K) + D * K + n_parents * K) * 4));
@@ -527,25 +533,17 @@ class DeviceDflashRunner : public DflashRunner {
           cudaMemcpyAsync(ids, meta, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
       embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, ids, R,
             parent_embd_.get<float>(), stream_);
-      float_linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>());
-      float_linear(d_->a_h, y + ne, depth, ah_.get<float>());
+      const Q8Buffer aq{adapter_xq_.get<int8_t>(), adapter_xq_meta_.get<Q8Meta>()};
+      linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>(), aq, stream_);
+      linear(d_->a_h, y + ne, depth, ah_.get<float>(), aq, stream_);
       adapter_activation(ah_.get<float>(), ae_.get<float>(), R, H, K, stream_);
-      float_linear(d_->b, ae_.get<float>(), R, bu_.get<float>());
+      linear(d_->b, ae_.get<float>(), R, bu_.get<float>(), aq, stream_);
       embed(d_->heads.output.type, d_->heads.output.w, ne, ids + 1, static_cast<int64_t>(depth) * K,
             cand_rows_.get<float>(), stream_);
       ::salvo::cuda::adapter_scores(y, bu_.get<float>(), cand_rows_.get<float>(), R, ne, K,
                                     scores_.get<float>(), stream_);
     }
     SALVO_CUDA_CHECK(cudaGetLastError());
-  }
-
-  // The adapter's F32 matrices (the float kernel: no int8 input).
-  void float_linear(const MatmulParams& shape, const float* x, int n, float* y) {
-    MatmulParams p = shape;
-    p.x = x;
-    p.n_rows = n;
-    p.y = y;
-    matmul(p, stream_);
   }
 
   std::shared_ptr<const DeviceDflash> d_;
@@ -562,6 +560,7 @@ class DeviceDflashRunner : public DflashRunner {
   DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
       logprobs_, top_scratch_;
   DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
+  DeviceBuffer adapter_xq_, adapter_xq_meta_;
   DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
   PinnedBuffer meta_host_, out_host_;
   // observe().
