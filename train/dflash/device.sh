@@ -82,12 +82,14 @@ if [ "${1:-}" = bench ]; then
   [ -x $B/salvo ] || { gunzip -c .gpu/df/salvo.gz > $B/salvo && chmod +x $B/salvo && cp .gpu/df/libfmt.so.9 $B/; }
   export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
   g=$W/qwen2.5-coder-1.5b.gguf
-  for r in $(seq ${2:-1}); do for d in $W/out_qwen2.5-coder-1.5b $W/init_q; do
+  # BENCH_DIRS: the drafters to run (default: the new one and the one it started from); PROMPTS: a
+  # prompts file of its own (e.g. one category for a --dflash-sweep, SWEEP=1).
+  for r in $(seq ${2:-1}); do for d in ${BENCH_DIRS:-$W/out_qwen2.5-coder-1.5b $W/init_q}; do
     [ -f $d/model.safetensors ] || { echo "no drafter in $d"; continue; }
     echo "== rep $r drafter $d"
-    python3 bench/bench_spec.py --salvo $B/salvo --model $g --prompts .gpu/df/prompts.jsonl --device cuda --skip-llama \
+    python3 bench/bench_spec.py --salvo $B/salvo --model $g --prompts ${PROMPTS:-.gpu/df/prompts.jsonl} --device cuda --skip-llama \
       --draft-model none --drafter $d --limit 100 --max-tokens 192 --threads 4 \
-      --modes ${MODES:-none auto dflash:adapter:7 dflash:adapter:15} 2>&1 | tee -a $OUT/bench.log
+      --modes ${MODES:-none auto dflash:adapter:7 dflash:adapter:15} ${SWEEP:+--dflash-sweep} 2>&1 | tee -a $OUT/bench.log
   done; done
   exit
 fi
@@ -108,7 +110,7 @@ export_out() { # name tag
     [ -f $W/out_$1/train_log.json ] || { touch $W/$1.exported; return; }
     mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json &&
       cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model. &&
-      { [ ! -f generated.json.gz ] || split -b 15M -d generated.json.gz $P/$2_gen.; })
+      { [ ! -f generated.json.gz ] || [ -f $W/$1.gen_exported ] || split -b 15M -d generated.json.gz $P/$2_gen.; })
     return
   fi
   # The drafter's pieces first, then the run's prompts with their continuations (cat $2_gen.* into
@@ -116,6 +118,17 @@ export_out() { # name tag
   for f in $( (ls $P | grep _model.; ls $P | grep -v _model.) | head -3); do mv $P/$f $OUT/; done
   [ -z "$(ls $P)" ] && touch $W/$1.exported
 }
+# A run's generated continuations leave as soon as they are written (the log says so), before the
+# drafter steps: they are the costly part, and session 26 lost two runs' worth with the machine.
+export_gen() { # name tag
+  [ -z "${exported_one:-}" ] && [ ! -f $W/$1.gen_exported ] && grep -q "generated.json.gz:" $W/$1.log 2>/dev/null || return
+  exported_one=1
+  local P=$W/genpieces_$1
+  [ -d $P ] || { mkdir -p $P && split -b 15M -d $W/out_$1/generated.json.gz $P/$2_gen.; }
+  for f in $(ls $P | head -3); do mv $P/$f $OUT/; done
+  [ -z "$(ls $P)" ] && touch $W/$1.gen_exported
+}
+export_gen qwen2.5-coder-1.5b q
 export_out smollm2-135m s
 export_out qwen2.5-coder-1.5b q
 export_out qwen2.5-coder-0.5b p
