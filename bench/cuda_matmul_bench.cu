@@ -9,7 +9,11 @@
 //     launches cycle through copies of the weights holding >= 2x the L2), weight GB/s, and the
 //     ratio to rows = 1; then a whole-layer estimate for the 7B shape.
 //
-//   cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b] [--reps 30]
+// kHalf (Q4_K / Q6_K) reads its own packing of the same weights (pack_half_weights; the
+// copies cycled through are of the packed bytes) and fp16 activations; its GB/s count the GGUF
+// bytes, like every other variant's.
+//
+//   cuda_matmul_bench [--variant float|mma|q8|half] [--type Q4_K] [--model 1.5b|7b] [--reps 30]
 //                     [--shape q/o|k/v|gate/up|down|lm_head] [--rows 1,4] [--tiled]
 //                     [--no-time] [--no-check]
 // Exits 1 when any check fails.
@@ -63,6 +67,7 @@ constexpr int kSampled = 128;  // output rows checked against the CPU reference
 double nmse_bound(cuda::MatmulVariant v) {
   // float: fp32 sums of up to 18944 products. mma: the int8 activations (q8_1) add a relative
   // error of about 3e-5 per dot.
+  if (v == cuda::MatmulVariant::kHalf) return 1e-5;  // fp16 activations and scales
   return cuda::variant_takes_q8(v) ? 5e-4 : 1e-8;
 }
 
@@ -113,7 +118,8 @@ __global__ void fill_weights(uint8_t* w, size_t bytes, DType type, int block_byt
 
 struct Options {
   std::vector<cuda::MatmulVariant> variants = {cuda::MatmulVariant::kFloat,
-                                               cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8};
+                                               cuda::MatmulVariant::kMma, cuda::MatmulVariant::kQ8,
+                                               cuda::MatmulVariant::kHalf};
   std::string type, model, shape;
   std::vector<int> rows;  // timed row counts (a subset of kRows); empty: all
   bool tiled = false;     // Q4_K/Q5_K/Q6_K in tile_weights()' layout
@@ -222,6 +228,10 @@ class Bench {
 
     for (cuda::MatmulVariant v : opt_.variants) {
       if (!cuda::variant_supports(v, type)) continue;
+      if (v == cuda::MatmulVariant::kHalf) {
+        run_half(type, s, w, tiled ? host_w.data() : nullptr, bytes, dx, sampled, want);
+        continue;
+      }
       if (tiled && !cuda::variant_takes_q8(v)) continue;
       cuda::MatmulParams p;
       p.tiled = tiled;
@@ -236,7 +246,7 @@ class Bench {
                                 " " + std::to_string(s.n_in) + "->" + std::to_string(s.n_out) +
                                 " " + cuda::variant_name(v) + (tiled ? " tiled" : "");
       if (opt_.check) check(p, s, sampled, want, label);
-      if (opt_.time) time(p, bytes, copies, label, type, s);
+      if (opt_.time) time(p, bytes, bytes, copies, label, type, s);
     }
     CK(cudaFree(w));
     CK(cudaFree(dx));
@@ -246,12 +256,58 @@ class Bench {
     CK(cudaFree(dmeta));
   }
 
+  // kHalf on the weights at w (row-major, or host_w when those are tiled): packed, in copies of
+  // their own, with the fp16 fragments of the activations.
+  void run_half(DType type, const Shape& s, const uint8_t* w, const uint8_t* host_w, size_t bytes,
+                const float* dx, const std::vector<int>& sampled, const std::vector<double>& want) {
+    if (!cuda::half_supported(type, s.n_out, s.n_in)) return;
+    std::vector<uint8_t> host(bytes);
+    if (host_w != nullptr) {
+      std::memcpy(host.data(), host_w, bytes);
+    } else {
+      CK(cudaMemcpy(host.data(), w, bytes, cudaMemcpyDeviceToHost));
+    }
+    float scale = 1.0f;
+    const std::vector<uint8_t> packed =
+        cuda::pack_half_weights(type, host.data(), s.n_out, s.n_in, &scale);
+    const size_t pb = packed.size();
+    const int copies = static_cast<int>(std::min<size_t>(
+        4096, std::max<size_t>(1, (2 * static_cast<size_t>(l2_bytes_) + pb - 1) / pb)));
+    uint8_t* dw = nullptr;
+    uint16_t* dh = nullptr;
+    CK(cudaMalloc(&dw, pb * copies));
+    for (int c = 0; c < copies; ++c) {
+      CK(cudaMemcpy(dw + c * pb, packed.data(), pb, cudaMemcpyHostToDevice));
+    }
+    CK(cudaMalloc(&dh, static_cast<size_t>(kMaxRows) * s.n_in * sizeof(uint16_t)));
+    cuda::half_frags(dx, kMaxRows, s.n_in, dh, stream_);
+    cuda::MatmulParams p;
+    p.type = type;
+    p.w = dw;
+    p.n_out = s.n_out;
+    p.n_in = s.n_in;
+    p.x = dx;
+    p.variant = cuda::MatmulVariant::kHalf;
+    p.xq.h = dh;
+    p.half_scale = scale;
+    const std::string label = std::string(traits(type).name) + " " + s.model + " " + s.name + " " +
+                              std::to_string(s.n_in) + "->" + std::to_string(s.n_out) + " half";
+    if (opt_.check) check(p, s, sampled, want, label);
+    if (opt_.time) time(p, bytes, pb, copies, label, type, s);
+    CK(cudaFree(dw));
+    CK(cudaFree(dh));
+  }
+
   std::vector<float> launch(cuda::MatmulParams p, int r0, int n_rows) {
     float* y = nullptr;
     CK(cudaMalloc(&y, static_cast<size_t>(n_rows) * p.n_out * 4));
     p.x += static_cast<int64_t>(r0) * p.n_in;
-    p.xq.q += static_cast<int64_t>(r0) * p.n_in;
-    p.xq.meta += r0;
+    if (p.variant == cuda::MatmulVariant::kHalf) {
+      p.xq.h = nullptr;  // matmul() converts the rows from r0 (fragments start at 8-row tiles)
+    } else {
+      p.xq.q += static_cast<int64_t>(r0) * p.n_in;
+      p.xq.meta += r0;
+    }
     p.n_rows = n_rows;
     p.y = y;
     cuda::matmul(p, stream_);
@@ -299,8 +355,9 @@ class Bench {
     failures_ += !ok + !bad.empty();
   }
 
-  void time(cuda::MatmulParams p, size_t bytes, int copies, const std::string& label, DType type,
-            const Shape& s) {
+  // bytes: the GGUF bytes (for GB/s); stride: the bytes of one copy of p.w.
+  void time(cuda::MatmulParams p, size_t bytes, size_t stride, int copies, const std::string& label,
+            DType type, const Shape& s) {
     float* y = nullptr;
     CK(cudaMalloc(&y, static_cast<size_t>(kMaxRows) * p.n_out * 4));
     p.y = y;
@@ -316,7 +373,7 @@ class Bench {
       p.n_rows = n;
       int c = 0;
       auto one = [&] {
-        p.w = base + static_cast<size_t>(c) * bytes;
+        p.w = base + static_cast<size_t>(c) * stride;
         c = (c + 1) % copies;
         cuda::matmul(p, stream_);
       };
@@ -410,9 +467,10 @@ int main(int argc, char** argv) {
     };
     if (a == "--variant") {
       const std::string name = next();
-      const cuda::MatmulVariant v = cuda::variant_from_name(name.c_str());
+      const cuda::MatmulVariant v =
+          name == "half" ? cuda::MatmulVariant::kHalf : cuda::variant_from_name(name.c_str());
       if (v == cuda::MatmulVariant::kAuto) {
-        std::fprintf(stderr, "unknown variant '%s' (float, mma, q8)\n", name.c_str());
+        std::fprintf(stderr, "unknown variant '%s' (float, mma, q8, half)\n", name.c_str());
         return 2;
       }
       o.variants = {v};
@@ -440,7 +498,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(
           stderr,
-          "usage: cuda_matmul_bench [--variant float|mma|q8] [--type Q4_K] [--model 1.5b|7b]"
+          "usage: cuda_matmul_bench [--variant float|mma|q8|half] [--type Q4_K] [--model 1.5b|7b]"
           " [--shape gate/up] [--rows 1,4] [--tiled] [--reps 30] [--no-time] [--no-check]\n");
       return 2;
     }

@@ -113,6 +113,45 @@ std::vector<uint8_t> random_weights(DType type, int64_t n_out, int64_t n_in, uin
   return bytes;
 }
 
+// y = x W^T + bias in double precision, W given dequantized ([n_out, n_in]).
+std::vector<float> reference_matmul(const std::vector<float>& wf, const std::vector<float>& x,
+                                    const std::vector<float>& bias, int n_rows, int64_t n_out,
+                                    int64_t n_in) {
+  std::vector<float> want(n_rows * n_out);
+  for (int r = 0; r < n_rows; ++r) {
+    for (int64_t o = 0; o < n_out; ++o) {
+      double s = bias[o];
+      for (int64_t i = 0; i < n_in; ++i)
+        s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
+      want[r * n_out + o] = static_cast<float>(s);
+    }
+  }
+  return want;
+}
+
+// Row invariance: each row of y (from the launch p of p.n_rows rows) bit-identical to that row
+// launched alone (p.x's row, converted by matmul() itself).
+void expect_rows_alone_equal(const cuda::MatmulParams& p, const std::vector<float>& y) {
+  std::vector<float> y1(p.n_out);
+  float* dy1 = nullptr;
+  ASSERT_EQ(cudaMalloc(&dy1, p.n_out * sizeof(float)), cudaSuccess);
+  for (int r = 0; r < p.n_rows; ++r) {
+    cuda::MatmulParams one = p;
+    one.x = p.x + r * p.n_in;
+    one.n_rows = 1;
+    one.y = dy1;
+    one.xq = {};
+    cuda::matmul(one, nullptr);
+    ASSERT_EQ(cudaMemcpy(y1.data(), dy1, p.n_out * sizeof(float), cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    if (std::memcmp(y1.data(), &y[r * p.n_out], p.n_out * sizeof(float)) != 0) {
+      ADD_FAILURE() << "row " << r << " differs from its launch alone";
+      break;
+    }
+  }
+  cudaFree(dy1);
+}
+
 constexpr DType kWeightTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ4_0,
                                   DType::kQ4_1, DType::kQ5_0, DType::kQ8_0, DType::kQ4_K,
                                   DType::kQ5_K, DType::kQ6_K};
@@ -177,27 +216,8 @@ TEST_F(CudaOps, MatmulEveryTypeMatchesReferenceAndIsRowInvariant) {
                                .xq = {}};
           cuda::matmul(p, nullptr);
           const auto y = dy.host();
-          std::vector<float> want(n_rows * n_out);
-          for (int r = 0; r < n_rows; ++r) {
-            for (int64_t o = 0; o < n_out; ++o) {
-              double s = bias[o];
-              for (int64_t i = 0; i < n_in; ++i)
-                s += static_cast<double>(wf[o * n_in + i]) * x[r * n_in + i];
-              want[r * n_out + o] = static_cast<float>(s);
-            }
-          }
-          EXPECT_LT(nmse(y, want), bound);
-          Dev<float> dy1(n_out);
-          for (int r = 0; r < n_rows; ++r) {
-            cuda::MatmulParams one = p;
-            one.x = dx.ptr + r * n_in;
-            one.n_rows = 1;
-            one.y = dy1.ptr;
-            cuda::matmul(one, nullptr);
-            const auto y1 = dy1.host();
-            ASSERT_EQ(std::memcmp(y1.data(), &y[r * n_out], n_out * sizeof(float)), 0)
-                << "row " << r;
-          }
+          EXPECT_LT(nmse(y, reference_matmul(wf, x, bias, n_rows, n_out, n_in)), bound);
+          expect_rows_alone_equal(p, y);
         }
       }
     }
@@ -307,6 +327,11 @@ TEST_F(CudaOps, RmsNormActivationsAddScaleGather) {
   }
 }
 
+// kHalf's fp16 fragments of n rows (rounded up to 8), and a zeroed host vector of that size
+// (the fused kernels leave the padding rows as they find them; half_frags writes zeros).
+size_t frag_halves(int64_t n, int64_t width) { return (n + 7) / 8 * 8 * width; }
+std::vector<uint16_t> zeros_u16(size_t n) { return std::vector<uint16_t>(n, 0); }
+
 bool same_meta(const std::vector<cuda::Q8Meta>& a, const std::vector<cuda::Q8Meta>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i) {
@@ -332,13 +357,16 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
     } else {
       cuda::rms_norm(x1.ptr, dw.ptr, h1.ptr, rows, dim, 1e-6f, nullptr);
     }
+    Dev<uint16_t> f1(frag_halves(rows, dim)), f2(zeros_u16(f1.n));
     cuda::quantize_rows(h1.ptr, rows, dim, q1.ptr, m1.ptr, rows, nullptr);
+    cuda::half_frags(h1.ptr, rows, dim, f1.ptr, nullptr);
     cuda::rms_norm_q8(x2.ptr, residual ? h2.ptr : nullptr, dw.ptr, h2.ptr, rows, dim, 1e-6f,
-                      {q2.ptr, m2.ptr, rows}, nullptr);
+                      {q2.ptr, m2.ptr, rows, f2.ptr}, nullptr);
     EXPECT_EQ(x2.host(), x1.host());
     EXPECT_EQ(h2.host(), h1.host());
     EXPECT_EQ(q2.host(), q1.host());
     EXPECT_TRUE(same_meta(m2.host(), m1.host()));
+    EXPECT_EQ(f2.host(), f1.host());
   }
   for (cuda::GatedAct act : {cuda::GatedAct::kSilu, cuda::GatedAct::kGeluTanh}) {
     Dev<float> g1(x), g2(x), du(h);
@@ -349,11 +377,14 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
     } else {
       cuda::gelu_tanh_mul(g1.ptr, du.ptr, rows * dim, nullptr);
     }
+    Dev<uint16_t> f1(frag_halves(rows, dim)), f2(zeros_u16(f1.n));
     cuda::quantize_rows(g1.ptr, rows, dim, q1.ptr, m1.ptr, rows, nullptr);
-    cuda::gated_act_q8(act, g2.ptr, du.ptr, rows, dim, {q2.ptr, m2.ptr, rows}, nullptr);
+    cuda::half_frags(g1.ptr, rows, dim, f1.ptr, nullptr);
+    cuda::gated_act_q8(act, g2.ptr, du.ptr, rows, dim, {q2.ptr, m2.ptr, rows, f2.ptr}, nullptr);
     EXPECT_EQ(g2.host(), g1.host());
     EXPECT_EQ(q2.host(), q1.host());
     EXPECT_TRUE(same_meta(m2.host(), m1.host()));
+    EXPECT_EQ(f2.host(), f1.host());
   }
   // RoPE + stores: 3 rows of two sequences into a 2-sequence, 16-slot cache.
   const int n_head = 6, n_head_kv = 2, head_dim = 64, capacity = 16;
@@ -458,6 +489,125 @@ TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
   }
 }
 
+// kHalf: Q4_K and Q6_K packed by pack_half_weights against the reference dequantization and a
+// double-precision dot product of the fp16-rounded activations (the weights' fp16 scales and
+// fp16 dequantization add ~1e-7), and row invariance: every row bit-identical to a launch of
+// that row alone, at every n tile count (1-8 rows to 33-64), across 64-row pieces and with k
+// split across blocks (the 8192-wide shape). A partial 16-row tile at 40 outputs; the largest
+// scales near 1e-5 (the packing's power of two keeps them clear of fp16's subnormals). Groups
+// of three match their single launches and are row invariant too.
+TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
+  struct Shape {
+    int64_t n_in, n_out;
+    std::vector<int> rows;
+    float scale;  // of the blocks' d (random_weights' ~0.01-0.1)
+  };
+  const Shape shapes[] = {{512, 96, {1, 2, 5, 8, 9, 16, 17, 33, 64, 100}, 1.0f},
+                          {1792, 40, {1, 3, 8, 9}, 1.0f},
+                          {8192, 40, {1, 8, 17, 70}, 1.0f},
+                          {512, 3000, {1, 12}, 1.0f},
+                          {512, 48, {1, 3}, 1e-4f}};
+  for (const Shape& shape : shapes) {
+    for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+      const int64_t n_out = shape.n_out, n_in = shape.n_in;
+      SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(n_in) + "->" +
+                   std::to_string(n_out) + " scale " + std::to_string(shape.scale));
+      auto w = random_weights(type, n_out, n_in, 9);
+      if (shape.scale != 1.0f) {  // every block's d (and dmin) times scale
+        const DTypeTraits& t = traits(type);
+        for (size_t at = 0; at < w.size(); at += t.block_bytes) {
+          for (size_t f :
+               type == DType::kQ6_K ? std::vector<size_t>{208} : std::vector<size_t>{0, 2}) {
+            uint16_t hv;
+            std::memcpy(&hv, &w[at + f], 2);
+            put_f16(w, at + f, fp16_to_fp32(hv) * shape.scale);
+          }
+        }
+      }
+      std::vector<float> wf(n_out * n_in);
+      for (int64_t o = 0; o < n_out; ++o) {
+        dequantize_row(type, w.data() + o * row_bytes(type, n_in), &wf[o * n_in], n_in);
+      }
+      float half_scale = 0.0f;
+      Dev<uint8_t> dw(cuda::pack_half_weights(type, w.data(), n_out, n_in, &half_scale));
+      const std::vector<float> bias = random_floats(n_out, 3, shape.scale);
+      Dev<float> dbias(bias);
+      for (int n_rows : shape.rows) {
+        SCOPED_TRACE(n_rows);
+        const auto x = half_rounded(random_floats(n_rows * n_in, 11));
+        Dev<float> dx(x), dy(n_rows * n_out);
+        cuda::MatmulParams p{.type = type,
+                             .w = dw.ptr,
+                             .n_out = n_out,
+                             .n_in = n_in,
+                             .x = dx.ptr,
+                             .n_rows = n_rows,
+                             .y = dy.ptr,
+                             .bias = dbias.ptr,
+                             .variant = cuda::MatmulVariant::kHalf,
+                             .xq = {},
+                             .half_scale = half_scale};
+        cuda::matmul(p, nullptr);
+        const auto y = dy.host();
+        EXPECT_LT(nmse(y, reference_matmul(wf, x, bias, n_rows, n_out, n_in)), 2e-6);
+        expect_rows_alone_equal(p, y);
+      }
+    }
+  }
+  // Groups (Q/K/V-like) with fused-op style fragments.
+  const int64_t n_in = 1024, n_outs[3] = {96, 32, 48};
+  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+    for (int rows : {1, 19, 70}) {
+      SCOPED_TRACE(std::string(traits(type).name) + " group " + std::to_string(rows));
+      const auto x = random_floats(rows * n_in, 41);
+      Dev<float> dx(x);
+      Dev<uint16_t> dh(frag_halves(rows, n_in));
+      cuda::half_frags(dx.ptr, rows, n_in, dh.ptr, nullptr);
+      std::vector<Dev<uint8_t>*> dws;
+      std::vector<Dev<float>*> ys, singles, y1;
+      cuda::MatmulParams parts[3], one[3];
+      Dev<uint16_t> dh1(frag_halves(1, n_in));
+      Dev<float> dx1(std::vector<float>(x.begin(), x.begin() + n_in));
+      cuda::half_frags(dx1.ptr, 1, n_in, dh1.ptr, nullptr);
+      for (int i = 0; i < 3; ++i) {
+        const auto w = random_weights(type, n_outs[i], n_in, 60 + i);
+        float scale = 0.0f;
+        dws.push_back(
+            new Dev<uint8_t>(cuda::pack_half_weights(type, w.data(), n_outs[i], n_in, &scale)));
+        ys.push_back(new Dev<float>(rows * n_outs[i]));
+        singles.push_back(new Dev<float>(rows * n_outs[i]));
+        y1.push_back(new Dev<float>(n_outs[i]));
+        parts[i] = {.type = type,
+                    .w = dws[i]->ptr,
+                    .n_out = n_outs[i],
+                    .n_in = n_in,
+                    .x = dx.ptr,
+                    .n_rows = rows,
+                    .y = ys[i]->ptr,
+                    .variant = cuda::MatmulVariant::kHalf,
+                    .xq = {.h = dh.ptr},
+                    .half_scale = scale};
+        cuda::MatmulParams single = parts[i];
+        single.y = singles[i]->ptr;
+        cuda::matmul(single, nullptr);
+        one[i] = parts[i];
+        one[i].x = dx1.ptr;
+        one[i].n_rows = 1;
+        one[i].y = y1[i]->ptr;
+        one[i].xq = {.h = dh1.ptr};
+      }
+      cuda::matmul_group(parts, 3, nullptr);
+      cuda::matmul_group(one, 3, nullptr);
+      for (int i = 0; i < 3; ++i) {
+        const auto all = ys[i]->host(), alone = y1[i]->host();
+        EXPECT_LT(nmse(all, singles[i]->host()), 1e-10) << i;
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), all.begin())) << i;
+        delete dws[i], delete ys[i], delete singles[i], delete y1[i];
+      }
+    }
+  }
+}
+
 // tile_weights()' layout gives the row-major layout's bits, for every kernel the integer
 // variants pick (dp4a up to 8 rows for kQ8, mma beyond, split k on the long shape, a partial
 // 32-row tile at 40 outputs, 64-row pieces at 100 rows) and in a group launch.
@@ -486,7 +636,8 @@ TEST_F(CudaOps, TiledWeightsGiveTheRowMajorBits) {
                                .x = dx.ptr,
                                .n_rows = n_rows,
                                .y = dy.ptr,
-                               .variant = variant};
+                               .variant = variant,
+                               .xq = {}};
           cuda::matmul(p, nullptr);
           p.w = dt.ptr;
           p.tiled = true;
@@ -746,12 +897,15 @@ TEST_F(CudaOps, TreeAttentionMatchesCpu) {
       Dev<cuda::Q8Meta> m_fused(width / 32 * n), m_ref(width / 32 * n);
       cuda::AttentionParams fused = params;
       fused.out = out2.ptr;
-      fused.out_q8 = {q_fused.ptr, m_fused.ptr, n};
+      Dev<uint16_t> h_fused(zeros_u16(frag_halves(n, width))), h_ref(h_fused.n);
+      fused.out_q8 = {q_fused.ptr, m_fused.ptr, n, h_fused.ptr};
       cuda::attention(fused, nullptr);
       cuda::quantize_rows(out2.ptr, n, width, q_ref.ptr, m_ref.ptr, n, nullptr);
+      cuda::half_frags(out2.ptr, n, width, h_ref.ptr, nullptr);
       EXPECT_EQ(out2.host(), dout.host());
       EXPECT_EQ(q_fused.host(), q_ref.host());
       EXPECT_TRUE(same_meta(m_fused.host(), m_ref.host()));
+      EXPECT_EQ(h_fused.host(), h_ref.host());
     }
 
     // KV commit: keep rows 0 and 3 of sequence 0 (the second branch) on both sides.

@@ -2,6 +2,8 @@
 //
 // Cache layout per layer: [n_seq][capacity][width] floats; committed slot i holds position i,
 // the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
+#include <cuda_fp16.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cstdlib>
@@ -40,6 +42,11 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
     const int e = head * p.head_dim_v + d;  // element of the row
     quantize_block_warp(y, threadIdx.x % 32, p.out_q8.q + row_base + e - threadIdx.x % 32,
                         p.out_q8.meta + static_cast<int64_t>(e / 32) * p.out_q8.meta_stride + row);
+  }
+  if (p.out_q8.h != nullptr) {
+    const int64_t width = static_cast<int64_t>(p.n_head) * p.head_dim_v;
+    p.out_q8.h[half_frag_index(row, head * p.head_dim_v + d, width)] =
+        __half_as_ushort(__float2half_rn(y));
   }
 }
 

@@ -94,7 +94,7 @@ class Gemma3Pass : public DevicePass {
                  .split_counts = b.attn_counts,
                  .out_q8 = aq},
                 stream);
-      if (aq.q != nullptr) {
+      if (aq.q != nullptr || aq.h != nullptr) {
         linears({{&l.wo, b.h}}, b.attn, as_rows(aq), n, stream);
       } else {
         linear(l.wo, b.attn, n, b.h, b.xq, stream);

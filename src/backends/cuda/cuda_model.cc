@@ -66,6 +66,15 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
   p.type = w.type;
   p.n_out = w.n_out;
   p.n_in = w.n_in;
+  // Layer matrices of Q4_K / Q6_K take kHalf (its own packed layout), unless SALVO_CUDA_HALF=0.
+  if (tiled && half_enabled() && half_supported(w.type, w.n_out, w.n_in)) {
+    p.variant = MatmulVariant::kHalf;
+    const std::vector<uint8_t> t =
+        pack_half_weights(w.type, w.data, w.n_out, w.n_in, &p.half_scale);
+    SALVO_RETURN_IF_ERROR(upload_tensor(t.data(), t.size(), &p.w));
+    if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
+    return Status();
+  }
   p.tiled = tiled && tiling_enabled() && tiled_layout_supported(w.type) &&
             variant_takes_q8(resolve_variant(MatmulVariant::kAuto, w.type));
   if (p.tiled) {
@@ -409,6 +418,7 @@ class CudaModel : public Model {
                                             static_cast<size_t>(c.n_ff)});
     grow(xq_, rows * widest);
     grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
+    grow(xh_, (rows + 7) / 8 * 8 * widest * sizeof(uint16_t));
     grow(meta_, (7 * rows + n_seq) * sizeof(int32_t));
     grow(meta_host_, (7 * rows + n_seq) * sizeof(int32_t));
     return moved;
@@ -435,16 +445,17 @@ class CudaModel : public Model {
                                      cudaMemcpyHostToDevice, stream_));
   }
 
+  Q8Buffer xq_buffer() { return {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), xh_.get<uint16_t>()}; }
   Q8Out q8_for(int n, std::initializer_list<const DeviceLinear*> users) {
-    return cuda::q8_for({xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()}, n, users);
+    return cuda::q8_for(xq_buffer(), n, users);
   }
 
   // Quantizes x [n, width] once for the linears that read it (where no fused op did).
   Q8Rows quantize_input(const float* x, int n, int64_t width,
                         std::initializer_list<const DeviceLinear*> users) {
     const Q8Out q = q8_for(n, users);
-    if (q.q == nullptr) return {};
-    quantize_rows(x, n, width, q.q, q.meta, q.meta_stride, stream_);
+    if (q.q != nullptr) quantize_rows(x, n, width, q.q, q.meta, q.meta_stride, stream_);
+    if (q.h != nullptr) half_frags(x, n, width, q.h, stream_);
     return as_rows(q);
   }
 
@@ -492,7 +503,7 @@ class CudaModel : public Model {
                          .attn_counts = attn_counts_.get<int>(),
                          .logit_x = logit_rows_.get<float>(),
                          .logits = logits_.get<float>(),
-                         .xq = {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()}},
+                         .xq = xq_buffer()},
                         stream_);
     SALVO_CUDA_CHECK(cudaGetLastError());
   }
@@ -560,8 +571,9 @@ class CudaModel : public Model {
                    .out_q8 = aq},
                   stream_);
       }
-      const Q8Rows aq_rows =
-          aq.q != nullptr ? as_rows(aq) : quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo});
+      const Q8Rows aq_rows = aq.q != nullptr || aq.h != nullptr
+                                 ? as_rows(aq)
+                                 : quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo});
       if (runs("wo")) linear(l.wo, attn, aq_rows, n, h);
       // Feed-forward block (SwiGLU), after x += h.
       const Q8Out fq = q8_for(n, {&l.ffn_gate, &l.ffn_up});
@@ -608,6 +620,7 @@ class CudaModel : public Model {
   DeviceBuffer x_, h_, q_, k_, v_, attn_, attn_partial_, gate_, up_, logit_rows_, logits_, meta_;
   DeviceBuffer hidden_;        // [n, hidden layers, n_embd]
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
+  DeviceBuffer xh_;            // its fp16 fragments (kHalf)
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
   DeviceBuffer top_ids_, top_values_;  // [n_logits, k] of forward_layers_top (outside the graphs)

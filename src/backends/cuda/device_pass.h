@@ -16,6 +16,7 @@
 #include "backends/cuda/kernels.h"
 #include "models/model.h"
 #include "quant/types.h"
+#include "util/check.h"
 
 namespace salvo {
 class Gemma3Model;
@@ -27,10 +28,12 @@ struct DeviceLinear {
   MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
 };
 
-// Room for the int8 form of a pass's matmul inputs ([n, width] values and their Q8Meta).
+// Room for the converted forms of a pass's matmul inputs ([n, width] int8 values and their
+// Q8Meta; kHalf's fp16 fragments of n rounded up to 8 rows, where a matrix takes kHalf).
 struct Q8Buffer {
   int8_t* q = nullptr;
   Q8Meta* meta = nullptr;
+  uint16_t* h = nullptr;
 };
 
 // y = x W^T (+ bias) for n rows on `stream`. When the weight's kernel reads int8 activations,
@@ -42,24 +45,33 @@ inline void linear(const DeviceLinear& l, const float* x, int n, float* y, const
   p.x = x;
   p.n_rows = n;
   p.y = y;
-  if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, p.type))) {
+  const MatmulVariant v = variant_of(p);
+  if (variant_takes_q8(v)) {
     quantize_rows(x, n, p.n_in, xq.q, xq.meta, n, stream);
     p.xq = {xq.q, xq.meta, n};
+  } else if (v == MatmulVariant::kHalf && xq.h != nullptr) {  // else matmul() converts x
+    half_frags(x, n, p.n_in, xq.h, stream);
+    p.xq.h = xq.h;
   }
   matmul(p, stream);
 }
 
-// Where the op producing the input of `users` writes its int8 form: `xq` (room for n rows) when
-// any of them takes int8 activations, else nowhere.
+// Where the op producing the input of `users` writes its converted forms: the int8 form into
+// `xq` (room for n rows) when any of them takes int8 activations, the fp16 fragments when any
+// takes kHalf; else nowhere.
 inline Q8Out q8_for(const Q8Buffer& xq, int n, std::initializer_list<const DeviceLinear*> users) {
+  Q8Out out;
   for (const DeviceLinear* l : users) {
-    if (variant_takes_q8(resolve_variant(MatmulVariant::kAuto, l->shape.type))) {
-      return {xq.q, xq.meta, n};
+    const MatmulVariant v = variant_of(l->shape);
+    if (variant_takes_q8(v)) out = {xq.q, xq.meta, n, out.h};
+    if (v == MatmulVariant::kHalf) {
+      SALVO_CHECK_MSG(xq.h != nullptr, "q8_for: a kHalf matrix without room for fp16 activations");
+      out.h = xq.h;
     }
   }
-  return {};
+  return out;
 }
-inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride}; }
+inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride, q.h}; }
 
 // Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
 // already wrote to xq, in as few launches as their types allow: consecutive ones of one type

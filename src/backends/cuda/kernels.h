@@ -28,20 +28,37 @@ struct alignas(8) Q8Meta {
   float d;
   int16_t sum_lo, sum_hi;  // sums of the quants of elements [0, 16) and [16, 32) of the block
 };
+// The converted forms of a matmul input: the int8 form of the integer variants and the fp16
+// fragments of kHalf (half_frag_index's layout; h null: none).
 struct Q8Rows {
   const int8_t* q = nullptr;     // [n_rows, n_in]
   const Q8Meta* meta = nullptr;  // [n_in / 32][meta_stride]
   int64_t meta_stride = 0;       // >= n_rows
+  const uint16_t* h = nullptr;   // fp16 B fragments of n_rows rounded up to 8
 };
-// Where a fused kernel writes the int8 form of its output (quantize_rows' layout); q null: none.
+// Where a fused kernel writes the int8 form of its output (quantize_rows' layout; q null: none)
+// and its fp16 fragments (h null: none).
 struct Q8Out {
   int8_t* q = nullptr;
   Q8Meta* meta = nullptr;
   int64_t meta_stride = 0;
+  uint16_t* h = nullptr;
 };
+// Where element k of row r of an [n_rows, n_in] input sits in kHalf's fp16 activations: the B
+// fragments of mma.m16n8k16 for 8 rows at a time, [r / 8][k / 32][lane][8 halves], so that a
+// lane reads the registers of two k16 steps as one 16-byte load. n_in a multiple of 32.
+__host__ __device__ inline int64_t half_frag_index(int64_t r, int64_t k, int64_t n_in) {
+  const int64_t kk = k % 32, j = kk % 16;
+  const int64_t lane = 4 * (r % 8) + (j % 8) / 2;
+  return (((r / 8) * (n_in / 32) + k / 32) * 32 + lane) * 8 + 4 * (kk / 16) + 2 * (j / 8) + j % 2;
+}
+// Writes x [n_rows, n_in] as kHalf's fp16 fragments (rows up to the next multiple of 8 as 0).
+void half_frags(const float* x, int64_t n_rows, int64_t n_in, uint16_t* h, cudaStream_t stream);
 // Quantizes x [n_rows, n_in] (n_in a multiple of 32); row r's result depends on row r alone.
 void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Meta* meta,
                    int64_t meta_stride, cudaStream_t stream);
+
+struct MatmulParams;
 
 // The matmul kernel families, selectable per call (benchmarks, tests) or for a whole run with
 // SALVO_CUDA_MATMUL=<name>; kAuto picks the default of the weight type (a table in matmul.cu).
@@ -50,6 +67,11 @@ enum class MatmulVariant : int {
   kFloat,  // fp32 activations, weights dequantized to float, scalar FMA (every type)
   kMma,    // int8 activations (Q8Rows), int8 tensor-core mma.sync (block-quantized types)
   kQ8,     // kMma's arithmetic, bit for bit, with dp4a instead of the tensor cores up to 8 rows
+  // Q4_K / Q6_K repacked at upload (pack_half_weights), dequantized to fp16 in registers and
+  // multiplied on the fp16 tensor cores with fp16 activations (Q8Rows::h): the same
+  // instructions per weight at 1 to 64 rows. Only a matrix uploaded that way takes it (never a
+  // kAuto choice): MatmulParams::variant says so.
+  kHalf,
 };
 const char* variant_name(MatmulVariant v);
 // True for the variants that read int8 activations (MatmulParams::xq).
@@ -59,6 +81,8 @@ inline bool variant_takes_q8(MatmulVariant v) {
 // kAuto for a name no variant has.
 MatmulVariant variant_from_name(const char* name);
 bool variant_supports(MatmulVariant v, DType type);
+// The variant a matrix's calls take: its own, else kAuto's choice for its type.
+MatmulVariant variant_of(const MatmulParams& p);
 // The variant a kAuto call uses for this type (SALVO_CUDA_MATMUL, else the default table).
 MatmulVariant resolve_variant(MatmulVariant requested, DType type);
 
@@ -76,6 +100,8 @@ struct MatmulParams {
   Q8Rows xq;
   // w is in the tiled layout of tile_weights() (the integer variants only).
   bool tiled = false;
+  // kHalf: the factor of the packed scales (pack_half_weights), applied to the fp32 sums.
+  float half_scale = 1.0f;
 };
 
 // The tiled weight layout of the integer variants, for the block-quantized types with one
@@ -109,6 +135,22 @@ void matmul_mma_group(const MatmulParams* parts, int n_parts, int dp4a_rows, cud
 // they share the type and width, else one matmul() each.
 void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream);
 bool mma_supports(DType type);
+
+// kHalf (matmul_half.cu). SALVO_CUDA_HALF=0 keeps the integer kernels for every matrix.
+bool half_enabled();
+// Whether a matrix of this type and shape can take kHalf (Q4_K, Q6_K; n_in % 256 == 0).
+bool half_supported(DType type, int64_t n_out, int64_t n_in);
+// The kHalf layout of w [n_out rows of row_bytes(type, n_in)]: per 16 output rows (the last
+// padded with zero rows) and 256-element super-block one chunk, the weights in mma A-fragment
+// order with fp16 scales (matmul_half.cu says how). *scale: the matrix's
+// MatmulParams::half_scale (the scales are stored times its inverse, a power of two).
+std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
+                                       float* scale);
+// kHalf's split scratch of a stream (matmul_prepare / matmul_release call these).
+Status half_prepare(cudaStream_t stream);
+void half_release(cudaStream_t stream);
+// matmul() of kHalf matrices; parts (up to 3, one type and width, the same p.xq.h) share a launch.
+void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stream);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream);

@@ -126,11 +126,14 @@ const char* variant_name(MatmulVariant v) {
       return "mma";
     case MatmulVariant::kQ8:
       return "q8";
+    case MatmulVariant::kHalf:
+      return "half";
     default:
       return "auto";
   }
 }
 
+// kHalf is not a name SALVO_CUDA_MATMUL takes: it needs weights packed at upload.
 MatmulVariant variant_from_name(const char* name) {
   for (MatmulVariant v : {MatmulVariant::kFloat, MatmulVariant::kMma, MatmulVariant::kQ8}) {
     if (std::strcmp(name, variant_name(v)) == 0) return v;
@@ -145,6 +148,8 @@ bool variant_supports(MatmulVariant v, DType type) {
     case MatmulVariant::kMma:
     case MatmulVariant::kQ8:
       return mma_supports(type);
+    case MatmulVariant::kHalf:
+      return type == DType::kQ4_K || type == DType::kQ6_K;
     default:
       return weight_type_supported(type);
   }
@@ -195,7 +200,7 @@ MatmulVariant env_variant() {
 // matmul()'s own quantized copy of x, for callers that pass float activations only.
 struct Scratch {
   std::mutex mu;
-  DeviceBuffer q, meta;
+  DeviceBuffer q, meta, h;
 };
 Scratch& scratch() {
   static Scratch s;
@@ -210,8 +215,21 @@ MatmulVariant resolve_variant(MatmulVariant requested, DType type) {
   return default_variant(type);
 }
 
+MatmulVariant variant_of(const MatmulParams& p) { return resolve_variant(p.variant, p.type); }
+
 void matmul(const MatmulParams& p, cudaStream_t stream) {
   const MatmulVariant v = resolve_variant(p.variant, p.type);
+  if (v == MatmulVariant::kHalf) {
+    if (p.xq.h != nullptr) return matmul_half_group(&p, 1, stream);
+    Scratch& s = scratch();
+    std::lock_guard<std::mutex> lock(s.mu);
+    const Status st = s.h.reserve((p.n_rows + 7) / 8 * 8 * p.n_in * sizeof(uint16_t));
+    SALVO_CHECK_MSG(st.ok(), "matmul: no device memory for the fp16 activations");
+    MatmulParams q = p;
+    q.xq.h = s.h.get<uint16_t>();
+    half_frags(p.x, p.n_rows, p.n_in, s.h.get<uint16_t>(), stream);
+    return matmul_half_group(&q, 1, stream);
+  }
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
   SALVO_CHECK_MSG(!p.tiled || variant_takes_q8(v), "matmul: tiled weights need an integer variant");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {
@@ -237,6 +255,12 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
 }
 
 void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
+  bool all_half = n_parts > 1;
+  for (int i = 0; i < n_parts && all_half; ++i) {
+    all_half = variant_of(parts[i]) == MatmulVariant::kHalf && parts[i].xq.h != nullptr &&
+               parts[i].type == parts[0].type && parts[i].n_in == parts[0].n_in;
+  }
+  if (all_half) return matmul_half_group(parts, n_parts, stream);
   bool one_launch = n_parts > 1;
   for (int i = 0; i < n_parts && one_launch; ++i) {
     const MatmulVariant v = resolve_variant(parts[i].variant, parts[i].type);

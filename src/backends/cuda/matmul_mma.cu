@@ -505,6 +505,7 @@ bool mma_supports(DType type) {
 }
 
 Status matmul_prepare(cudaStream_t stream) {
+  SALVO_RETURN_IF_ERROR(half_prepare(stream));
   std::lock_guard<std::mutex> lock(split_mu);
   if (split_scratches().count(stream) > 0) return Status();
   auto sc = std::make_unique<SplitScratch>();
@@ -516,6 +517,7 @@ Status matmul_prepare(cudaStream_t stream) {
 }
 
 void matmul_release(cudaStream_t stream) {
+  half_release(stream);
   std::lock_guard<std::mutex> lock(split_mu);
   split_scratches().erase(stream);
 }

@@ -1,5 +1,7 @@
 // Element-wise and per-row kernels: RMSNorm, RoPE, gated activations, residual add, embedding
 // lookup, row gather, hidden-state capture and argmax.
+#include <cuda_fp16.h>
+
 #include <cfloat>
 
 #include "backends/cuda/dequant.cuh"
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, 
       quantize_block_warp(y, threadIdx.x % 32, q.q + row * dim + i - threadIdx.x % 32,
                           q.meta + static_cast<int64_t>(i / 32) * q.meta_stride + row);
     }
+    if (q.h != nullptr) q.h[half_frag_index(row, i, dim)] = __half_as_ushort(__float2half_rn(y));
   };
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
@@ -183,8 +186,10 @@ __global__ void gated_act_q8_kernel(float* gate, const float* up, int64_t n, int
   const float v =
       A == GatedAct::kSilu ? silu_times(gate[i], up[i]) : gelu_tanh_times(gate[i], up[i]);
   gate[i] = v;
-  if (q.q == nullptr) return;
   const int64_t row = i / width, b = (i % width) / 32;
+  if (q.h != nullptr)
+    q.h[half_frag_index(row, i % width, width)] = __half_as_ushort(__float2half_rn(v));
+  if (q.q == nullptr) return;
   quantize_block_warp(v, threadIdx.x % 32, q.q + i - threadIdx.x % 32,
                       q.meta + b * q.meta_stride + row);
 }

@@ -1,0 +1,661 @@
+// The kHalf matmul (kernels.h): Q4_K / Q6_K weights repacked at upload, dequantized to fp16 in
+// registers and multiplied on the fp16 tensor cores (mma.m16n8k16, fp32 accumulation) with fp16
+// activations. Every row count from 1 to 64 runs the same instructions per weight (only the
+// number of 8-row n tiles changes), where the integer kernels pay a per-block conversion and
+// float fix-ups per row. Measured on the H200 (session 28, `salvo bench --device cuda -p 512 -n
+// 128 --verify --verify-rows 1,...,64 --verify-context 512`, SALVO_CUDA_HALF=0 / 1), real
+// Qwen2.5-Coder-1.5B: k-row passes 1 1.127 / 1.247 ms, 8 2.109 / 1.515, 16 3.207 / 2.176, 64
+// 9.809 / 6.526; pp512 10763 / 13292 tok/s; tg128 865 / 766. Random 7B shape: 1 row 2.15 /
+// 2.52 ms, 16 rows 7.16 / 5.11, 64 rows 25.1 / 14.7. One row costs 10-17% more than the dp4a
+// GEMV (the dequantization's ALU work, ~285 instructions per 2560-byte Q4_K chunk); the
+// speculative modes, whose passes are 4-16 rows, gain 20-30% (bench_spec code auto 1393 ->
+// 1814 tok/s).
+//
+// Layout (pack_half_weights): per 16 output rows (a tile, the mma's m) and super-block of 256
+// weights, one chunk. Its first 2048 bytes are the 4-bit quants in fragment order: lane l's
+// uint4 i sits at 16 (32 i + l), and word j of it is k16 step 4 i + j with the nibbles of
+// fragment register a0 at bits 0-3 and 16-19, a1 at 4-7 / 20-23, a2 8-11 / 24-27, a3 12-15 /
+// 28-31, so (w >> 4 j) & 0x000F000F | 0x64006400 is register j as two fp16 1024 + q. Q4_K then
+// has 512 bytes of half2 (d sc, dmin m) per row and 32-weight sub-block (5 bits a weight); Q6_K
+// has 1024 bytes of the quants' high 2 bits (lane l's uint4 i at 16 (32 i + l), word j of it
+// steps 2 (4 i + j) and + 1, register r's pair at bits 2 r + 8 e and 16 + 2 r + 8 e for step
+// parity e) and 512 bytes of half d sc per row and 16-weight group. The scales carry a power of
+// two per matrix (MatmulParams::half_scale undoes it on the fp32 sums) so that small ones stay
+// clear of fp16's subnormals.
+//
+// Row invariance: a block takes one tile and one k split; warp w of split s takes super-blocks
+// s W + w, + W S, ...; the warps' sums are added in warp order and the splits' in split order
+// by the last block to arrive. W and S depend on the shape alone, and the mma computes each
+// activation row's column on its own, so a row's bits do not depend on the rows beside it.
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "backends/cuda/device_memory.h"
+#include "backends/cuda/kernels.h"
+#include "backends/cuda/launch.cuh"
+
+namespace salvo::cuda {
+namespace {
+
+constexpr int kMaxWarps = 8;
+constexpr int kMaxParts = 3;
+constexpr int kQ4KChunk = 2560, kQ6KChunk = 3584;
+
+__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
+                                         uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
+      "{%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// (w & 0x000F000F) | 0x64006400 in one LOP3 (0xEA: (a & b) | c): two fp16 1024 + nibble.
+__device__ __forceinline__ uint32_t lop_nibbles(uint32_t w) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "r"(0x000F000Fu), "r"(0x64006400u));
+  return r;
+}
+
+// (w & 0x00F000F0) | 0x64006400: two fp16 1024 + 16 nibble.
+__device__ __forceinline__ uint32_t lop_nibbles_hi(uint32_t w) {
+  uint32_t r;
+  asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n" : "=r"(r) : "r"(w), "r"(0x00F000F0u), "r"(0x64006400u));
+  return r;
+}
+
+// Weights are read once: past L1, and marked to leave L2 early.
+__device__ __forceinline__ uint4 ld_stream(const void* p) {
+  uint4 v;
+  asm volatile("ld.global.cs.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p));
+  return v;
+}
+
+__device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ half2 as_half2(uint32_t v) { return *reinterpret_cast<half2*>(&v); }
+__device__ __forceinline__ uint32_t as_u32(half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
+
+struct FmtQ4K {
+  static constexpr int kBytes = kQ4KChunk;
+  struct Regs {
+    uint4 q[4];
+    uint4 sm[4];  // row g: sm[0..1] (sub-blocks 0-7), row g + 8: sm[2..3]
+  };
+  static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
+    const int g = lane / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_stream(c + 16 * (32 * i + lane));
+    const uint8_t* sm = c + 2048;
+    k.sm[0] = ld_stream(sm + 32 * g);
+    k.sm[1] = ld_stream(sm + 32 * g + 16);
+    k.sm[2] = ld_stream(sm + 32 * (g + 8));
+    k.sm[3] = ld_stream(sm + 32 * (g + 8) + 16);
+  }
+  // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
+  // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
+  // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
+  static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
+    const half2 k1024 = __half2half2(__ushort_as_half(0x6400));
+    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+    const half2 km64 = __half2half2(__ushort_as_half(0xD400));   // -64
+    const int sub = s / 2;
+    const half2 hg = as_half2(word_of(k.sm[sub / 4], sub % 4));
+    const half2 hg8 = as_half2(word_of(k.sm[2 + sub / 4], sub % 4));
+    const half2 s_g = __low2half2(hg), m_g = __hneg2(__high2half2(hg));
+    const half2 s_g8 = __low2half2(hg8), m_g8 = __hneg2(__high2half2(hg8));
+    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
+    const half2 q0 = __hsub2(as_half2(lop_nibbles(w)), k1024);
+    const half2 q1 = __hfma2(as_half2(lop_nibbles_hi(w)), k16th, km64);
+    const half2 q2 = __hsub2(as_half2(lop_nibbles(w8)), k1024);
+    const half2 q3 = __hfma2(as_half2(lop_nibbles_hi(w8)), k16th, km64);
+    a[0] = as_u32(__hfma2(q0, s_g, m_g));
+    a[1] = as_u32(__hfma2(q1, s_g8, m_g8));
+    a[2] = as_u32(__hfma2(q2, s_g, m_g));
+    a[3] = as_u32(__hfma2(q3, s_g8, m_g8));
+  }
+};
+
+struct FmtQ6K {
+  static constexpr int kBytes = kQ6KChunk;
+  struct Regs {
+    uint4 q[4];
+    uint4 h[2];
+    uint4 sc[4];  // row g: sc[0..1] (groups 0-15), row g + 8: sc[2..3]
+  };
+  static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
+    const int g = lane / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_stream(c + 16 * (32 * i + lane));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) k.h[i] = ld_stream(c + 2048 + 16 * (32 * i + lane));
+    const uint8_t* sc = c + 3072;
+    k.sc[0] = ld_stream(sc + 32 * g);
+    k.sc[1] = ld_stream(sc + 32 * g + 16);
+    k.sc[2] = ld_stream(sc + 32 * (g + 8));
+    k.sc[3] = ld_stream(sc + 32 * (g + 8) + 16);
+  }
+  // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
+  // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
+  static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
+    const half2 k1056 = __half2half2(__ushort_as_half(0x6420));  // 1024 + 32
+    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+    const half2 km96 = __half2half2(__ushort_as_half(0xD600));   // -96
+    const half2 pg = as_half2(word_of(k.sc[s / 8], (s / 2) % 4));
+    const half2 pg8 = as_half2(word_of(k.sc[2 + s / 8], (s / 2) % 4));
+    const half2 s_g = s % 2 == 0 ? __low2half2(pg) : __high2half2(pg);
+    const half2 s_g8 = s % 2 == 0 ? __low2half2(pg8) : __high2half2(pg8);
+    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
+    const uint32_t hw = word_of(k.h[s / 8], (s / 2) % 4);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool odd = j % 2 == 1;
+      const uint32_t lo = odd ? lop_nibbles_hi(j < 2 ? w : w8) : lop_nibbles(j < 2 ? w : w8);
+      // The pair's high bits sit at 2 j + 8 (s % 2); they go to bit 4 (even j) or 8 (odd j).
+      const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
+      const uint32_t hi = from >= to ? (hw >> (from - to)) : (hw << (to - from));
+      uint32_t raw;  // lo | (hi & mask): the high bits above the nibble
+      asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+          : "=r"(raw)
+          : "r"(hi), "r"(odd ? 0x03000300u : 0x00300030u), "r"(lo));
+      const half2 q = odd ? __hfma2(as_half2(raw), k16th, km96) : __hsub2(as_half2(raw), k1056);
+      a[j] = as_u32(__hmul2(q, j % 2 == 0 ? s_g : s_g8));
+    }
+  }
+};
+
+struct HalfPart {
+  const uint8_t* w = nullptr;
+  float* y = nullptr;
+  const float* bias = nullptr;
+  float scale = 1.0f;
+  int n_out = 0;
+};
+
+struct HalfGroup {
+  HalfPart m[kMaxParts];
+  int first[kMaxParts + 1] = {};  // each part's first tile
+  int n = 0;
+  const uint4* x = nullptr;  // the activations' fragments, [8-row tile][n_in / 32][32]
+  int n_in = 0, n_rows = 0, splits = 1;
+  float* partial = nullptr;  // [tile][split][NT * 4 * 32]
+  int* counts = nullptr;     // [tile]
+};
+
+// One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
+// xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
+// is nt_stride uint4 further.
+template <class F, int NT>
+__device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
+                                            int64_t nt_stride, float (&acc)[NT][4]) {
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    uint4 xv[NT];  // the activation fragments of steps 2p and 2p + 1, one uint4 per n tile
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xv[nt] = __ldg(xs + nt * nt_stride + p * 32);
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[4];
+      F::step(k, 2 * p + h, a);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mma16816(acc[nt], a, h == 0 ? xv[nt].x : xv[nt].z, h == 0 ? xv[nt].y : xv[nt].w);
+      }
+    }
+  }
+}
+
+// grid (tiles of the group, splits); blockDim.x / 32 warps.
+template <class F, int NT>
+__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
+  const int ks = blockIdx.y, n_split = grp.splits;
+  const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  int part = 0;
+  while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
+  const HalfPart& m = grp.m[part];
+  const int tile = blockIdx.x - grp.first[part];
+  const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
+  const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
+  const int stride = W * n_split;
+  int sb = ks * W + warp;
+  typename F::Regs cur, nxt;
+  // Weights are never another kernel's output: the first chunk loads before the wait.
+  if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
+  pdl_enter();
+  float acc[NT][4];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  // One chunk loads while the one before it computes. (Two register sets taken in turn, without
+  // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
+  // 2.87, with 26% fewer instructions; not understood.)
+  for (; sb < n_sb; sb += stride) {
+    const int next = sb + stride;
+    if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+    chunk_steps<F, NT>(cur, grp.x + lane + sb * 256, static_cast<int64_t>(n_k2) * 32, acc);
+    cur = nxt;
+  }
+  // The warps' sums added in warp order, one n tile at a time.
+  __shared__ float red[kMaxWarps][4][32];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if (warp > 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[nt][i];
+    }
+    __syncthreads();
+    if (warp == 0) {
+      for (int w = 1; w < W; ++w) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], red[w][i][lane]);
+      }
+    }
+    __syncthreads();
+  }
+  if (warp != 0) return;
+  if (n_split > 1) {
+    const int gtile = blockIdx.x;
+    float* mine = grp.partial + (static_cast<int64_t>(gtile) * n_split + ks) * (NT * 4 * 32);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) mine[(nt * 4 + i) * 32 + lane] = acc[nt][i];
+    }
+    __threadfence();
+    __syncwarp();
+    int last = 0;
+    if (lane == 0) last = atomicAdd(grp.counts + gtile, 1) == n_split - 1;
+    last = __shfl_sync(0xffffffffu, last, 0);
+    if (!last) return;
+    __threadfence();
+    const float* all = grp.partial + static_cast<int64_t>(gtile) * n_split * (NT * 4 * 32);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float v = __ldcg(all + (nt * 4 + i) * 32 + lane);
+        for (int s = 1; s < n_split; ++s) {
+          v = __fadd_rn(v, __ldcg(all + (s * NT * 4 + nt * 4 + i) * 32 + lane));
+        }
+        acc[nt][i] = v;
+      }
+    }
+    if (lane == 0) grp.counts[gtile] = 0;
+  }
+  const int g = lane / 4, t = lane % 4;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const int o = tile * 16 + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
+      if (col < grp.n_rows && o < m.n_out) {
+        float v = __fmul_rn(acc[nt][i], m.scale);
+        if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
+        m.y[static_cast<int64_t>(col) * m.n_out + o] = v;
+      }
+    }
+  }
+}
+
+__global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
+                                  uint16_t* h) {
+  pdl_enter();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const int64_t r = i / n_in, k = i % n_in;
+  const float v = r < n_rows ? x[i] : 0.0f;
+  h[half_frag_index(r, k, n_in)] = __half_as_ushort(__float2half_rn(v));
+}
+
+// ---- the split scratch of a stream (a captured graph keeps its pointers) ----
+// Tiles x splits of a launch with splits > 1: shape_of splits only groups of fewer than its
+// target of blocks (2 an SM, ~530 on the H200; the knob can ask for more).
+constexpr int kMaxSplitBlocks = 2048;
+struct HalfScratch {
+  DeviceBuffer partial, counts;
+};
+std::mutex scratch_mu;
+std::map<cudaStream_t, std::unique_ptr<HalfScratch>>& scratches() {
+  static std::map<cudaStream_t, std::unique_ptr<HalfScratch>> m;
+  return m;
+}
+HalfScratch* find_scratch(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(scratch_mu);
+  auto it = scratches().find(stream);
+  return it == scratches().end() ? nullptr : it->second.get();
+}
+
+int sm_count_cached() {
+  static const int n = [] {
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess) return 132;
+    if (cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+      return 132;
+    return sms;
+  }();
+  return n;
+}
+
+struct Shape {
+  int warps, splits;
+};
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? std::atoi(v) : fallback;
+}
+// A/B knobs: SALVO_HALF_WARPS=W (1-8) forces the warps of a block, -1 picks the count in 4-8 that
+// leaves the fewest warps without a super-block; SALVO_HALF_BLOCKS_PER_SM: the split target.
+int half_warps_knob() {
+  static const int n = env_int("SALVO_HALF_WARPS", 0);
+  return n;
+}
+int half_blocks_knob() {
+  static const int n = std::max(1, env_int("SALVO_HALF_BLOCKS_PER_SM", 2));
+  return n;
+}
+
+// Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
+// matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
+// 64 rows: 7B q/o 7.3 / 24 us at 8 warps against 10.2 / 38 at 4, but 7B gate+up 35.6 / 203
+// against 35.6 / 116). Splits fill about two blocks an SM where the tiles alone cannot.
+Shape shape_of(int tiles, int n_in, int total_out) {
+  const int n_sb = n_in / 256;
+  int warps = n_in <= 4096 && total_out <= 8192 ? 8 : 4;
+  const int knob = half_warps_knob();
+  if (knob >= 1 && knob <= kMaxWarps) warps = knob;
+  if (knob == -1) {
+    int best = kMaxWarps + 1;
+    for (int w = 4; w <= kMaxWarps; ++w) {
+      const int idle = (n_sb + w - 1) / w * w - n_sb;
+      if (idle < best) best = idle, warps = w;
+    }
+  }
+  const int target = half_blocks_knob() * sm_count_cached();
+  int splits = std::min((target + tiles - 1) / tiles, n_sb / warps);
+  splits = std::max(1, std::min(splits, (n_sb + warps - 1) / warps));
+  while (splits > 1 && tiles * splits > kMaxSplitBlocks) --splits;
+  return {warps, splits};
+}
+
+template <class F, int NT>
+void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
+  launch(half_kernel<F, NT>, dim3(grp.first[grp.n], grp.splits), 32 * warps, 0, stream, grp);
+}
+
+template <class F>
+void launch_rows(const HalfGroup& grp, int warps, cudaStream_t stream) {
+  if (grp.n_rows <= 8) return launch_nt<F, 1>(grp, warps, stream);
+  if (grp.n_rows <= 16) return launch_nt<F, 2>(grp, warps, stream);
+  if (grp.n_rows <= 32) return launch_nt<F, 4>(grp, warps, stream);
+  launch_nt<F, 8>(grp, warps, stream);
+}
+
+// ---- packing (host) ----
+float half_to_float(uint16_t h) {
+  const __half_raw r{h};
+  return __half2float(__half(r));
+}
+uint16_t float_to_half(float f) {
+  const __half_raw r = __half(__float2half_rn(f));
+  return r.x;
+}
+
+// ggml's get_scale_min_k4: the 6-bit scale and min of Q4_K sub-block j.
+void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
+    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
+  }
+}
+
+// One GGUF super-block as 256 quants (0-15 or 0-63) and float scales (Q4_K: 8 sub-blocks of
+// (d sc, dmin m); Q6_K: 16 groups of d sc).
+struct Unpacked {
+  uint8_t q[256];
+  float scale[16], min[16];
+};
+void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
+  if (type == DType::kQ4_K) {
+    uint16_t dh, dmh;
+    std::memcpy(&dh, b, 2);
+    std::memcpy(&dmh, b + 2, 2);
+    const float d = half_to_float(dh), dmin = half_to_float(dmh);
+    const uint8_t* scales = b + 4;
+    const uint8_t* qs = b + 16;
+    for (int sub = 0; sub < 8; ++sub) {
+      int sc, m;
+      scale_min_k4(sub, scales, sc, m);
+      u.scale[sub] = d * static_cast<float>(sc);
+      u.min[sub] = dmin * static_cast<float>(m);
+      for (int l = 0; l < 32; ++l) {
+        const uint8_t byte = qs[32 * (sub / 2) + l];
+        u.q[32 * sub + l] = sub % 2 == 0 ? (byte & 0xF) : (byte >> 4);
+      }
+    }
+    return;
+  }
+  // Q6_K: ql[128], qh[64], int8 scales[16], half d.
+  const uint8_t* ql = b;
+  const uint8_t* qh = b + 128;
+  const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
+  uint16_t dh;
+  std::memcpy(&dh, b + 208, 2);
+  const float d = half_to_float(dh);
+  for (int g = 0; g < 16; ++g) u.scale[g] = d * static_cast<float>(sc[g]);
+  for (int n = 0; n < 2; ++n) {
+    for (int l = 0; l < 32; ++l) {
+      const uint8_t a = ql[64 * n + l], c = ql[64 * n + l + 32], h = qh[32 * n + l];
+      uint8_t* q = u.q + 128 * n;
+      q[l] = static_cast<uint8_t>((a & 0xF) | ((h & 3) << 4));
+      q[l + 32] = static_cast<uint8_t>((c & 0xF) | (((h >> 2) & 3) << 4));
+      q[l + 64] = static_cast<uint8_t>((a >> 4) | (((h >> 4) & 3) << 4));
+      q[l + 96] = static_cast<uint8_t>((c >> 4) | (((h >> 6) & 3) << 4));
+    }
+  }
+}
+
+// The low nibble of quant k of tile row rt into the fragment-ordered 2048 bytes at c.
+void put_nibble(uint8_t* c, int rt, int k, int q) {
+  const int g = rt % 8, half = rt / 8, s = k / 16, kk = k % 16;
+  const int jj = kk / 8, t = (kk % 8) / 2, e = kk % 2, j = half + 2 * jj, lane = 4 * g + t;
+  uint32_t word;
+  uint8_t* at = c + 16 * (32 * (s / 4) + lane) + 4 * (s % 4);
+  std::memcpy(&word, at, 4);
+  word |= static_cast<uint32_t>(q & 0xF) << (4 * j + 16 * e);
+  std::memcpy(at, &word, 4);
+}
+
+// Q6_K: the high 2 bits of quant k of tile row rt into the 1024 bytes at c + 2048.
+void put_high(uint8_t* c, int rt, int k, int q) {
+  const int g = rt % 8, half = rt / 8, s = k / 16, kk = k % 16;
+  const int jj = kk / 8, t = (kk % 8) / 2, e = kk % 2, j = half + 2 * jj, lane = 4 * g + t;
+  uint32_t word;
+  uint8_t* at = c + 2048 + 16 * (32 * (s / 8) + lane) + 4 * ((s / 2) % 4);
+  std::memcpy(&word, at, 4);
+  word |= static_cast<uint32_t>(q >> 4) << (2 * j + 8 * (s % 2) + 16 * e);
+  std::memcpy(at, &word, 4);
+}
+
+int chunk_bytes(DType type) { return type == DType::kQ4_K ? kQ4KChunk : kQ6KChunk; }
+int block_bytes(DType type) { return type == DType::kQ4_K ? 144 : 210; }
+
+}  // namespace
+
+bool half_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_CUDA_HALF");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
+bool half_supported(DType type, int64_t n_out, int64_t n_in) {
+  return (type == DType::kQ4_K || type == DType::kQ6_K) && n_in % 256 == 0 && n_in > 0 && n_out > 0;
+}
+
+namespace {
+// Runs fn(i) for i in [0, n) on the host's cores (a 7B model's matrices pack in seconds).
+template <class Fn>
+void parallel_for(int64_t n, Fn fn) {
+  const int64_t n_threads =
+      std::min<int64_t>(n, std::max(1u, std::min(16u, std::thread::hardware_concurrency())));
+  std::vector<std::thread> pool;
+  for (int64_t t = 0; t < n_threads; ++t) {
+    pool.emplace_back([&, t] {
+      for (int64_t i = t; i < n; i += n_threads) fn(i);
+    });
+  }
+  for (auto& th : pool) th.join();
+}
+}  // namespace
+
+std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
+                                       float* scale) {
+  SALVO_CHECK(half_supported(type, n_out, n_in));
+  const int64_t n_sb = n_in / 256, tiles = (n_out + 15) / 16;
+  const int chunk = chunk_bytes(type), bb = block_bytes(type);
+  const uint8_t* src = static_cast<const uint8_t*>(w);
+  // The power of two that brings the largest scale or min near 256 (fp16's normal range is
+  // 6.1e-5 to 65504; a dequantized weight is at most 63 of its scale).
+  const int n_scales = type == DType::kQ4_K ? 8 : 16;
+  std::vector<float> largest(tiles, 0.0f);
+  parallel_for(tiles, [&](int64_t tile) {
+    Unpacked u{};
+    for (int64_t r = 16 * tile; r < std::min(n_out, 16 * tile + 16); ++r) {
+      for (int64_t b = 0; b < n_sb; ++b) {
+        unpack_block(type, src + (r * n_sb + b) * bb, u);
+        for (int i = 0; i < n_scales; ++i) {
+          largest[tile] = std::max({largest[tile], std::fabs(u.scale[i]), std::fabs(u.min[i])});
+        }
+      }
+    }
+  });
+  const float most = *std::max_element(largest.begin(), largest.end());
+  int shift = 0;
+  if (most > 0.0f && std::isfinite(most)) {
+    shift = static_cast<int>(std::floor(std::log2(256.0f / most)));
+    shift = std::max(-24, std::min(24, shift));
+  }
+  const float up = std::ldexp(1.0f, shift);
+  *scale = std::ldexp(1.0f, -shift);
+  std::vector<uint8_t> out(static_cast<size_t>(tiles * n_sb * chunk), 0);
+  parallel_for(tiles, [&](int64_t tile) {
+    Unpacked u{};
+    for (int64_t r = 16 * tile; r < std::min(n_out, 16 * tile + 16); ++r) {
+      const int rt = static_cast<int>(r % 16);
+      for (int64_t b = 0; b < n_sb; ++b) {
+        unpack_block(type, src + (r * n_sb + b) * bb, u);
+        uint8_t* c = out.data() + (tile * n_sb + b) * chunk;
+        for (int k = 0; k < 256; ++k) {
+          put_nibble(c, rt, k, u.q[k]);
+          if (type == DType::kQ6_K) put_high(c, rt, k, u.q[k]);
+        }
+        if (type == DType::kQ4_K) {
+          for (int sub = 0; sub < 8; ++sub) {
+            const uint16_t hs = float_to_half(u.scale[sub] * up);
+            const uint16_t hm = float_to_half(u.min[sub] * up);
+            std::memcpy(c + 2048 + 4 * (8 * rt + sub), &hs, 2);
+            std::memcpy(c + 2048 + 4 * (8 * rt + sub) + 2, &hm, 2);
+          }
+        } else {
+          for (int grp = 0; grp < 16; ++grp) {
+            const uint16_t hs = float_to_half(u.scale[grp] * up);
+            std::memcpy(c + 3072 + 32 * rt + 2 * grp, &hs, 2);
+          }
+        }
+      }
+    }
+  });
+  return out;
+}
+
+void half_frags(const float* x, int64_t n_rows, int64_t n_in, uint16_t* h, cudaStream_t stream) {
+  SALVO_CHECK(n_in % 32 == 0);
+  const int64_t n = (n_rows + 7) / 8 * 8 * n_in;
+  if (n == 0) return;
+  launch(half_frags_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, x, n_rows, n_in,
+         n, h);
+}
+
+Status half_prepare(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(scratch_mu);
+  if (scratches().count(stream) > 0) return Status();
+  auto sc = std::make_unique<HalfScratch>();
+  SALVO_RETURN_IF_ERROR(sc->partial.reserve(size_t{kMaxSplitBlocks} * 8 * 4 * 32 * sizeof(float)));
+  SALVO_RETURN_IF_ERROR(sc->counts.reserve(size_t{kMaxSplitBlocks} * sizeof(int)));
+  SALVO_CUDA_CHECK(cudaMemset(sc->counts.get(), 0, size_t{kMaxSplitBlocks} * sizeof(int)));
+  scratches()[stream] = std::move(sc);
+  return Status();
+}
+
+void half_release(cudaStream_t stream) {
+  std::lock_guard<std::mutex> lock(scratch_mu);
+  scratches().erase(stream);
+}
+
+void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stream) {
+  SALVO_CHECK(n_parts >= 1 && n_parts <= kMaxParts);
+  const MatmulParams& p = parts[0];
+  HalfGroup grp;
+  grp.n = n_parts;
+  int total_out = 0;
+  for (int i = 0; i < n_parts; ++i) {
+    const MatmulParams& q = parts[i];
+    SALVO_CHECK(q.variant == MatmulVariant::kHalf && half_supported(q.type, q.n_out, q.n_in));
+    SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
+    SALVO_CHECK(q.xq.h != nullptr);
+    grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y, q.bias, q.half_scale,
+                static_cast<int>(q.n_out)};
+    grp.first[i + 1] = grp.first[i] + static_cast<int>((q.n_out + 15) / 16);
+    total_out += static_cast<int>(q.n_out);
+  }
+  if (p.n_rows == 0) return;
+  const int tiles = grp.first[n_parts];
+  const Shape sh = shape_of(tiles, static_cast<int>(p.n_in), total_out);
+  grp.n_in = static_cast<int>(p.n_in);
+  grp.splits = sh.splits;
+  if (grp.splits > 1) {
+    HalfScratch* sc = find_scratch(stream);
+    if (sc == nullptr) {
+      cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+      SALVO_CUDA_CHECK(cudaStreamIsCapturing(stream, &capturing));
+      SALVO_CHECK_MSG(capturing == cudaStreamCaptureStatusNone,
+                      "matmul: matmul_prepare(stream) must come before a graph capture");
+      const Status st = half_prepare(stream);
+      SALVO_CHECK_MSG(st.ok(), st.message().c_str());
+      sc = find_scratch(stream);
+    }
+    grp.partial = sc->partial.get<float>();
+    grp.counts = sc->counts.get<int>();
+  }
+  // Launches of up to kMatmulMaxRows rows (8 n tiles of the fragments each).
+  const int64_t tile_uint4 = p.n_in / 32 * 32;  // uint4 of one 8-row tile
+  for (int64_t r0 = 0; r0 < p.n_rows; r0 += kMatmulMaxRows) {
+    HalfGroup piece = grp;
+    piece.x = reinterpret_cast<const uint4*>(p.xq.h) + (r0 / 8) * tile_uint4;
+    piece.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
+    for (int i = 0; i < n_parts; ++i) piece.m[i].y = parts[i].y + r0 * parts[i].n_out;
+    if (p.type == DType::kQ4_K) {
+      launch_rows<FmtQ4K>(piece, sh.warps, stream);
+    } else {
+      launch_rows<FmtQ6K>(piece, sh.warps, stream);
+    }
+  }
+}
+
+}  // namespace salvo::cuda
