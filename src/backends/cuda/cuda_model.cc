@@ -57,7 +57,7 @@ bool tiling_enabled() {
 }  // namespace
 
 Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
-                                    bool tiled) {
+                                    bool repack) {
   if (!weight_type_supported(w.type) || w.n_in % 16 != 0) {
     return Status::error("weight type " + std::string(traits(w.type).name) + " with " +
                          std::to_string(w.n_in) + " columns has no CUDA kernel");
@@ -66,20 +66,19 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
   p.type = w.type;
   p.n_out = w.n_out;
   p.n_in = w.n_in;
-  // Layer matrices of Q4_K / Q6_K take kHalf (its own packed layout), unless SALVO_CUDA_HALF=0.
-  if (tiled && half_enabled() && half_supported(w.type, w.n_out, w.n_in)) {
+  // The layout the matrix's kernel reads: kHalf's packing for Q4_K / Q6_K (unless
+  // SALVO_CUDA_HALF=0), else tile_weights()' for the integer kernels' k-quants.
+  std::vector<uint8_t> packed;
+  if (repack && half_enabled() && half_supported(w.type, w.n_out, w.n_in)) {
     p.variant = MatmulVariant::kHalf;
-    const std::vector<uint8_t> t =
-        pack_half_weights(w.type, w.data, w.n_out, w.n_in, &p.half_scale);
-    SALVO_RETURN_IF_ERROR(upload_tensor(t.data(), t.size(), &p.w));
-    if (bias != nullptr) SALVO_RETURN_IF_ERROR(upload_vector(bias, w.n_out, &p.bias));
-    return Status();
+    packed = pack_half_weights(w.type, w.data, w.n_out, w.n_in, &p.half_scale);
+  } else {
+    p.tiled = repack && tiling_enabled() && tiled_layout_supported(w.type) &&
+              variant_takes_q8(resolve_variant(MatmulVariant::kAuto, w.type));
+    if (p.tiled) packed = tile_weights(w.type, w.data, w.n_out, w.n_in);
   }
-  p.tiled = tiled && tiling_enabled() && tiled_layout_supported(w.type) &&
-            variant_takes_q8(resolve_variant(MatmulVariant::kAuto, w.type));
-  if (p.tiled) {
-    const std::vector<uint8_t> t = tile_weights(w.type, w.data, w.n_out, w.n_in);
-    SALVO_RETURN_IF_ERROR(upload_tensor(t.data(), t.size(), &p.w));
+  if (!packed.empty()) {
+    SALVO_RETURN_IF_ERROR(upload_tensor(packed.data(), packed.size(), &p.w));
   } else {
     SALVO_RETURN_IF_ERROR(upload_tensor(w.data, row_bytes(w.type, w.n_in) * w.n_out, &p.w));
   }
@@ -330,11 +329,11 @@ class CudaModel : public Model {
     return matmul_prepare(stream_);  // before any graph capture on the stream
   }
 
-  // Layer matrices (tiled where their kernels read that layout; the token embedding and the LM
-  // head stay row-major: the embedding lookup and the drafters read their rows).
+  // Layer matrices (repacked where their kernels read another layout; the token embedding and
+  // the LM head stay row-major: the embedding lookup and the drafters read their rows).
   Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
-                       bool tiled = true) {
-    return weights_.upload_matrix(w, bias, out, tiled);
+                       bool repack = true) {
+    return weights_.upload_matrix(w, bias, out, repack);
   }
   Status upload_vector(const float* host, int64_t n, const float** device) {
     return weights_.upload_vector(host, n, device);

@@ -101,10 +101,10 @@ class DeviceWeights {
  public:
   Status upload_tensor(const void* host, size_t bytes, const void** device);
   Status upload_vector(const float* host, int64_t n, const float** device);
-  // Fails for a type or width the matmul kernels do not read. tiled: in tile_weights()' layout
-  // where the type's kernels read it (only the matmuls may read the matrix then).
+  // Fails for a type or width the matmul kernels do not read. repack: in the layout the type's
+  // kernel reads (kHalf's packing, or tile_weights()'), so only the matmuls may read the matrix.
   Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
-                       bool tiled = false);
+                       bool repack = false);
 
  private:
   std::vector<DeviceBuffer> buffers_;
