@@ -42,6 +42,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "quant/fp16.h"
 
 namespace salvo::cuda {
 namespace {
@@ -403,26 +404,6 @@ void launch_rows(const HalfGroup& grp, int warps, cudaStream_t stream) {
 }
 
 // ---- packing (host) ----
-float half_to_float(uint16_t h) {
-  const __half_raw r{h};
-  return __half2float(__half(r));
-}
-uint16_t float_to_half(float f) {
-  const __half_raw r = __half(__float2half_rn(f));
-  return r.x;
-}
-
-// ggml's get_scale_min_k4: the 6-bit scale and min of Q4_K sub-block j.
-void scale_min_k4(int j, const uint8_t* q, int& sc, int& m) {
-  if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
-  } else {
-    sc = (q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4);
-    m = (q[j + 4] >> 4) | ((q[j] >> 6) << 4);
-  }
-}
-
 // One GGUF super-block as 256 quants (0-15 or 0-63) and float scales (Q4_K: 8 sub-blocks of
 // (d sc, dmin m); Q6_K: 16 groups of d sc).
 struct Unpacked {
@@ -434,12 +415,12 @@ void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
     uint16_t dh, dmh;
     std::memcpy(&dh, b, 2);
     std::memcpy(&dmh, b + 2, 2);
-    const float d = half_to_float(dh), dmin = half_to_float(dmh);
+    const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
     const uint8_t* scales = b + 4;
     const uint8_t* qs = b + 16;
     for (int sub = 0; sub < 8; ++sub) {
-      int sc, m;
-      scale_min_k4(sub, scales, sc, m);
+      uint8_t sc, m;
+      scale_min_k4(sub, scales, &sc, &m);
       u.scale[sub] = d * static_cast<float>(sc);
       u.min[sub] = dmin * static_cast<float>(m);
       for (int l = 0; l < 32; ++l) {
@@ -455,7 +436,7 @@ void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   uint16_t dh;
   std::memcpy(&dh, b + 208, 2);
-  const float d = half_to_float(dh);
+  const float d = fp16_to_fp32(dh);
   for (int g = 0; g < 16; ++g) u.scale[g] = d * static_cast<float>(sc[g]);
   for (int n = 0; n < 2; ++n) {
     for (int l = 0; l < 32; ++l) {
@@ -567,14 +548,14 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
         }
         if (type == DType::kQ4_K) {
           for (int sub = 0; sub < 8; ++sub) {
-            const uint16_t hs = float_to_half(u.scale[sub] * up);
-            const uint16_t hm = float_to_half(u.min[sub] * up);
+            const uint16_t hs = fp32_to_fp16(u.scale[sub] * up);
+            const uint16_t hm = fp32_to_fp16(u.min[sub] * up);
             std::memcpy(c + 2048 + 4 * (8 * rt + sub), &hs, 2);
             std::memcpy(c + 2048 + 4 * (8 * rt + sub) + 2, &hm, 2);
           }
         } else {
           for (int grp = 0; grp < 16; ++grp) {
-            const uint16_t hs = float_to_half(u.scale[grp] * up);
+            const uint16_t hs = fp32_to_fp16(u.scale[grp] * up);
             std::memcpy(c + 3072 + 32 * rt + 2 * grp, &hs, 2);
           }
         }
