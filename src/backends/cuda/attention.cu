@@ -11,13 +11,13 @@
 
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mma.cuh"
 #include "backends/cuda/q8.cuh"
 
 namespace salvo::cuda {
 namespace {
 
 constexpr int kWarps = 8;
-constexpr int kMaxDimPerLane = 8;  // head_dim <= 256
 
 __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k, const float* v) {
   pdl_enter();
@@ -50,28 +50,42 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
   }
 }
 
-// Split-K attention. The visible keys of a row are numbered in position order (the committed
-// range, then the row's ancestors in the batch, which come in DFS = depth order); key number i
-// is position first + i whether the path above the row is committed or still in the batch. Key
-// i goes to split i / kKeysPerSplit, warp (i / kKeysPerWarp) % kWarps, lane i % kKeysPerWarp,
-// and every reduction runs in a fixed order over those, so a row's output is bit-identical in a
-// 1-row decode and in a k-row tree verification (the row invariance the speculation guarantee
-// rests on).
+// Split-K attention on the tensor cores. The visible keys of a row are numbered in position order
+// (the committed range, then the row's ancestors in the batch, which come in DFS = depth order);
+// key number i is position first + i whether the path above the row is committed or still in the
+// batch. Key i goes to split i / kKeysPerSplit, warp (i / kKeysPerWarp) % kWarps and column
+// i % kKeysPerWarp of that warp's mma tiles, and every reduction runs in a fixed order over
+// those, so a row's output is bit-identical in a 1-row decode and in a k-row tree verification
+// (the row invariance the speculation guarantee rests on): the mma computes each (head, key)
+// score and each (head, element) sum from its own row and column alone.
 //
-// One block per (head, row, split); each warp scores its 16 keys and accumulates their values;
-// the block merges its warps and writes the split's (max, sum, unnormalised output). The last
-// block of a (head, row) to finish merges the splits in order (a count per (head, row), which
-// that block resets to 0 for the next pass): one launch a layer instead of two, and the merge is
-// the same whichever block does it. A row whose keys fit one split (any context under
-// kKeysPerSplit) skips the partial: its block writes the output with the merge's arithmetic.
+// One block per (group of query heads of one K/V head, row, split): the group's heads are the
+// rows of the mma (S = Q K^T over the warp's 16 keys, then O = P V), so each K and V row is read
+// once for all of them, where the FMA kernel before this one (a block per query head) read it
+// once per head: on the 1.5B's six heads a K/V head a 16-row verification's attention took 28 us
+// a layer at a 512-token context, in L2 traffic and waves of blocks. Q, K, V and the
+// probabilities go in as fp16 (the host cache holds K and V as halves anyway), scores and sums
+// are fp32. Measured on the H200 (session 29, random Qwen2.5-1.5B shape, `salvo bench -p 512
+// -n 128 --verify --verify-rows 1,...,64 --verify-context 512`, FMA kernel / this one): k-row
+// passes 1 1.213 / 1.254 ms, 8 1.448 / 1.406, 16 2.011 / 1.742, 64 6.097 / 4.527; at a
+// 2048-token context 16 rows 3.43 / 2.20; pp512 13513 / 18532 tok/s; tg128 812 / 838.
+//
+// The block merges its warps and writes the split's (max, sum, unnormalised output) per head.
+// The last block of a (group, row) to finish merges the splits in order (a count per (group,
+// row), which that block resets to 0 for the next pass): one launch a layer instead of two, and
+// the merge is the same whichever block does it. A row whose keys fit one split (any context
+// under kKeysPerSplit) skips the partial: its block writes the output with the merge's
+// arithmetic.
 //
 // Latency, not bandwidth, sets a decode's attention time (a few hundred KB a layer): each
 // dependent round of loads costs microseconds. So a warp takes only 16 keys and issues the loads
-// of all their K rows at once, then of all their V rows: two rounds of memory latency where 32
-// keys a warp in batches took four (21 us a layer on the 1.5B and 7B shapes at a 128-token
-// context, a quarter of the decode step; now about 5).
+// of all their K elements at once, then of all their V elements: two rounds of memory latency.
 constexpr int kKeysPerWarp = 16;
 constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
+constexpr int kMaxGroup = 8;            // query heads a block: rows 0-7 of the mma's 16
+constexpr int kDimsPerRound = 128;      // elements of K (V) rows whose loads a warp issues at once
+constexpr int kMinBlocksPerSplit = 32;  // head_group()
+constexpr int kMaxHeadDim = 256;
 
 // What a block needs of its row and of the batch rows it may see, loaded in one round at the
 // kernel's start: each dependent round of loads (the row's sequence, then that sequence's
@@ -111,26 +125,62 @@ __device__ __forceinline__ BatchEntry batch_entry(const AttentionParams& p, int 
   return e;
 }
 
-template <int kDim>
+// Dynamic shared memory: the row's visible batch slots, then each warp's unnormalised output
+// [group][dim_v] (the merge reuses that space for the splits' maxima, sums and weights).
+__device__ __forceinline__ float* block_scratch(const AttentionParams& p, int32_t* slots) {
+  return reinterpret_cast<float*>(slots) + ((p.batch.n_rows + 3) & ~3);
+}
+
+// Component j of v (j a constant after unrolling).
+__device__ __forceinline__ float component(const float4& v, int j) {
+  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+}
+
+__device__ __forceinline__ float4 load4(const float* p, bool ok) {
+  return ok ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+}
+
 __device__ __forceinline__ void split_partial(const AttentionParams& p, const RowMeta& rm,
-                                              const BatchEntry& mine, bool direct) {
-  const int head = blockIdx.x, row = p.row_base + blockIdx.y, split = blockIdx.z;
-  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+                                              const BatchEntry& mine, bool direct,
+                                              int32_t* suffix_slots) {
+  const int group = p.group, head0 = blockIdx.x * group;
+  const int row = p.row_base + blockIdx.y, split = blockIdx.z;
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int seq = rm.seq, pos = rm.pos, first = rm.first, n_committed = rm.n_committed;
   const int n_batch_keys = rm.n_batch_keys;
-  const int partial_width = 2 + p.head_dim_v;
-  // The launch's rows (blockIdx.y) index the scratch; the batch's (row) everything else.
+  const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
+  // Head head0 + h's partial of this split; the launch's rows (blockIdx.y) index the scratch,
+  // the batch's (row) everything else.
+  const int64_t head_stride = static_cast<int64_t>(gridDim.z) * partial_width;
   float* partial =
       p.partial +
-      ((static_cast<int64_t>(blockIdx.y) * p.n_head + head) * gridDim.z + split) * partial_width;
+      ((static_cast<int64_t>(blockIdx.y) * p.n_head + head0) * gridDim.z + split) * partial_width;
   if (split * kKeysPerSplit >= n_committed + n_batch_keys) {  // beyond any key this row can see
-    if (threadIdx.x == 0) partial[0] = -FLT_MAX, partial[1] = 0.0f;
+    if (threadIdx.x < group) {
+      partial[threadIdx.x * head_stride] = -FLT_MAX;
+      partial[threadIdx.x * head_stride + 1] = 0.0f;
+    }
     return;
   }
 
-  extern __shared__ int32_t suffix_slots[];  // [n_rows]: this row's visible batch rows' slots
   __shared__ int n_suffix;
-  __shared__ float q[kMaxDimPerLane * 32];
+  __shared__ float warp_m[kWarps][kMaxGroup], warp_l[kWarps][kMaxGroup];
+  float* acc = block_scratch(p, suffix_slots) + warp * group * dim_v;  // [group][dim_v]
+  // The group's query rows as fp16 pairs, two to an entry (elements 4 i .. 4 i + 3 of a head
+  // at [h][i]); rows of q_words entries, padded so that a half-warp's reads of 8 bytes at
+  // (g, 4 c + t) fall in distinct banks. Loaded with the scan, read just before each mma.
+  __shared__ uint2 q_frag[kMaxGroup * (kMaxHeadDim / 4 + 4)];
+  const int q_words = p.head_dim / 4 + 4;
+  {
+    const float* q_rows =
+        p.q + static_cast<int64_t>(row) * p.n_head * p.head_dim + head0 * p.head_dim;
+    const int quads = p.head_dim / 4;
+    for (int i = threadIdx.x; i < group * quads; i += blockDim.x) {
+      const int h = i / quads, c = i % quads;
+      const float4 v = *reinterpret_cast<const float4*>(q_rows + h * p.head_dim + 4 * c);
+      q_frag[h * q_words + c] = make_uint2(half2_bits(v.x, v.y), half2_bits(v.z, v.w));
+    }
+  }
   if (warp == 0) {
     int count = 0;
     for (int k0 = 0; k0 < n_batch_keys; k0 += 32) {
@@ -144,15 +194,13 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
     }
     if (lane == 0) n_suffix = count;
   }
-  const float* q_row = p.q + static_cast<int64_t>(row) * p.n_head * p.head_dim + head * p.head_dim;
-  for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) q[d] = q_row[d];
   __syncthreads();
 
-  const int kv_head = head / (p.n_head / p.n_head_kv);
+  const int kv_head = head0 / (p.n_head / p.n_head_kv);
   const float* k_base =
       p.kv.k + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.k_width + kv_head * p.head_dim;
   const float* v_base =
-      p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * p.head_dim_v;
+      p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * dim_v;
   const int n_keys = n_committed + n_suffix;
   const int warp_first = split * kKeysPerSplit + warp * kKeysPerWarp;  // the warp's first key
   const int number = warp_first + lane;
@@ -160,200 +208,255 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
   const int slot =
       valid ? (number < n_committed ? first + number : suffix_slots[number - n_committed]) : 0;
   const int n_warp_keys = max(0, min(kKeysPerWarp, n_keys - warp_first));  // uniform
-  // Lane l holds elements [4l, 4l + 4) (and [128 + 4l, ...) of wider heads) of q and of each
-  // key's K row, so a row is one coalesced read; lane l + 32 i holds element l + 32 i of V rows.
-  constexpr int kChunks = (32 * kDim + 127) / 128;  // float4 chunks of a lane (head_dim <= 32 kDim)
-  float4 qv[kChunks];
+  if (n_warp_keys == 0) {
+    if (lane < group) warp_m[warp][lane] = -FLT_MAX, warp_l[warp][lane] = 0.0f;
+  } else {
+    // Scores: lane (g, t) holds head g's scores of keys 8 j + 2 t and + 1 (s[j][0..1]); as the
+    // B operand it reads key 8 j + g. The k slots of a step take the head's elements in an order
+    // of their own (the dot product does not care when Q and K agree): slots 2t, 2t + 1, 2t + 8,
+    // 2t + 9 of step c are elements 16 c + 4 t + 0..3, one float4 of a row. The first version
+    // read float2 pairs in the natural order (twice the load instructions, each across 8 rows)
+    // and Q per warp from global memory: a 1.5B decode step cost 0.12 ms more than with the FMA
+    // kernel; this one 0.04 ms. Staging K and V through shared memory for ldmatrix was worse
+    // still (+0.28 ms).
+    float s[2][4] = {};
+    const bool q_ok = g < group;
+    const float* k_row[2];
+    bool k_ok[2];
 #pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    const int d = 128 * c + 4 * lane;
-    qv[c] = d < p.head_dim ? make_float4(q[d], q[d + 1], q[d + 2], q[d + 3])
-                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-  float4 kr[kKeysPerWarp][kChunks];
-#pragma unroll
-  for (int j = 0; j < kKeysPerWarp; ++j) {
-    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
-    const float* row_k = k_base + static_cast<int64_t>(slot_j) * p.kv.k_width;
-#pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      const int d = 128 * c + 4 * lane;
-      kr[j][c] = j < n_warp_keys && d < p.head_dim ? *reinterpret_cast<const float4*>(row_k + d)
-                                                   : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int j = 0; j < 2; ++j) {
+      const int key = 8 * j + g;
+      k_row[j] = k_base + static_cast<int64_t>(__shfl_sync(0xffffffffu, slot, key)) * p.kv.k_width;
+      k_ok[j] = key < n_warp_keys;
     }
-  }
-  // Key j's score: the lanes' products added by an xor butterfly (every lane gets the same
-  // sum); lane j keeps it.
-  float s_mine = 0.0f;
+    for (int d0 = 0; d0 < p.head_dim; d0 += kDimsPerRound) {
+      float4 kv[2][8];
 #pragma unroll
-  for (int j = 0; j < kKeysPerWarp; ++j) {
-    float s = 0.0f;
+      for (int c = 0; c < 8; ++c) {
+        const int d = d0 + 16 * c + 4 * t;
 #pragma unroll
-    for (int c = 0; c < kChunks; ++c) {
-      if (128 * c >= p.head_dim) break;  // the same FMAs whatever kChunks
-      s = __fmaf_rn(qv[c].x, kr[j][c].x, s);
-      s = __fmaf_rn(qv[c].y, kr[j][c].y, s);
-      s = __fmaf_rn(qv[c].z, kr[j][c].z, s);
-      s = __fmaf_rn(qv[c].w, kr[j][c].w, s);
+        for (int j = 0; j < 2; ++j) kv[j][c] = load4(k_row[j] + d, k_ok[j] && d < p.head_dim);
+      }
+#pragma unroll
+      for (int c = 0; c < 8; ++c) {
+        if (d0 + 16 * c >= p.head_dim) break;  // uniform
+        const int d = d0 + 16 * c + 4 * t;     // zeros past head_dim: K's are, and 0 x stale is not
+        const uint2 qf = q_ok && d < p.head_dim ? q_frag[g * q_words + d / 4] : make_uint2(0u, 0u);
+        const uint32_t a[4] = {qf.x, 0u, qf.y, 0u};
+#pragma unroll
+        for (int j = 0; j < 2; ++j) {
+          mma16816(s[j], a, half2_bits(kv[j][c].x, kv[j][c].y), half2_bits(kv[j][c].z, kv[j][c].w));
+        }
+      }
     }
+    // Softmax over the warp's keys, per head: the 4 lanes of a g hold its 16 keys. The
+    // probabilities are rounded to fp16 (the mma's input) before they are summed, so the sum
+    // is that of the weights used.
+    float sc[2][2], m = -FLT_MAX;
 #pragma unroll
-    for (int off = 16; off > 0; off /= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-    if (j == lane) s_mine = s;
-  }
-  // Then the V rows: issued with the K rows (both register sets live) they measured slower on
-  // the H200, 1.87 ms a decode step of the 1.5B shape against 1.70 this way.
-  float vr[kKeysPerWarp][kDim];
+    for (int j = 0; j < 2; ++j) {
 #pragma unroll
-  for (int j = 0; j < kKeysPerWarp; ++j) {
-    const int slot_j = __shfl_sync(0xffffffffu, slot, j);
-    const float* row_v = v_base + static_cast<int64_t>(slot_j) * p.kv.v_width;
-#pragma unroll
-    for (int i = 0; i < kDim; ++i) {
-      const int d = lane + 32 * i;
-      vr[j][i] = j < n_warp_keys && d < p.head_dim_v ? row_v[d] : 0.0f;
+      for (int i = 0; i < 2; ++i) {
+        sc[j][i] = 8 * j + 2 * t + i < n_warp_keys ? __fmul_rn(s[j][i], p.scale) : -FLT_MAX;
+        m = fmaxf(m, sc[j][i]);
+      }
     }
-  }
-  const float score = valid ? __fmul_rn(s_mine, p.scale) : -FLT_MAX;
-  float m = score;
-  for (int off = 16; off > 0; off /= 2) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, off));
-  const float e = valid ? __expf(score - m) : 0.0f;  // score - m <= 0: the fast exp is safe
-  float l = e;
-  for (int off = 16; off > 0; off /= 2) l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, off));
-  float acc[kDim];
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+    uint32_t pa[2];
+    float l_pair[2];
 #pragma unroll
-  for (int i = 0; i < kDim; ++i) acc[i] = 0.0f;
-#pragma unroll
-  for (int j = 0; j < kKeysPerWarp; ++j) {
-    const float ej = __shfl_sync(0xffffffffu, e, j);
-    if (j >= n_warp_keys) break;  // uniform over the warp
-#pragma unroll
-    for (int i = 0; i < kDim; ++i) acc[i] = __fmaf_rn(ej, vr[j][i], acc[i]);
-  }
+    for (int j = 0; j < 2; ++j) {
+      // score - m <= 0: the fast exp is safe
+      const float e0 = 8 * j + 2 * t < n_warp_keys ? __expf(sc[j][0] - m) : 0.0f;
+      const float e1 = 8 * j + 2 * t + 1 < n_warp_keys ? __expf(sc[j][1] - m) : 0.0f;
+      const __half2 h = __floats2half2_rn(e0, e1);
+      pa[j] = *reinterpret_cast<const uint32_t*>(&h);
+      l_pair[j] = __fadd_rn(__low2float(h), __high2float(h));
+    }
+    float l = __fadd_rn(l_pair[0], l_pair[1]);
+    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+    if (t == 0 && g < group) warp_m[warp][g] = m, warp_l[warp][g] = l;
 
-  __shared__ float warp_m[kWarps], warp_l[kWarps];
-  __shared__ float warp_acc[kWarps][kMaxDimPerLane * 32];
-  if (lane == 0) warp_m[warp] = m, warp_l[warp] = l;
+    // O = P V: P's C fragments are the A fragment with the keys as k. The B operand reads keys
+    // 2t, 2t + 1, 2t + 8, 2t + 9; column g of n tile 4 q + j is element 32 q + 4 g + j, so a
+    // lane reads one float4 of a row per quad of tiles, and the C fragment's columns 2t, 2t + 1
+    // land at elements 32 q + 8 t + j and + 4.
+    const uint32_t a[4] = {pa[0], 0u, pa[1], 0u};
+    const float* v_row[4];
+    bool v_ok[4];
 #pragma unroll
-  for (int i = 0; i < kDim; ++i) {
-    if (lane + 32 * i < p.head_dim_v) warp_acc[warp][lane + 32 * i] = acc[i];
+    for (int k = 0; k < 4; ++k) {
+      const int key = 2 * t + (k & 1) + 8 * (k >> 1);
+      v_row[k] = v_base + static_cast<int64_t>(__shfl_sync(0xffffffffu, slot, key)) * p.kv.v_width;
+      v_ok[k] = key < n_warp_keys;  // never a stale slot's value times 0: it may be NaN
+    }
+    for (int d0 = 0; d0 < dim_v; d0 += kDimsPerRound) {
+      constexpr int kQuads = kDimsPerRound / 32;
+      float4 vv[kQuads][4];
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) {
+        const int d = d0 + 32 * q + 4 * g;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) vv[q][k] = load4(v_row[k] + d, v_ok[k] && d < dim_v);
+      }
+#pragma unroll
+      for (int q = 0; q < kQuads; ++q) {
+        if (d0 + 32 * q >= dim_v) break;  // uniform
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+          float o[4] = {};
+          mma16816(o, a, half2_bits(component(vv[q][0], j), component(vv[q][1], j)),
+                   half2_bits(component(vv[q][2], j), component(vv[q][3], j)));
+          const int e = d0 + 32 * q + 8 * t + j;
+          if (g < group && e < dim_v) acc[g * dim_v + e] = o[0];
+          if (g < group && e + 4 < dim_v) acc[g * dim_v + e + 4] = o[1];
+        }
+      }
+    }
   }
   __syncthreads();
-  float m_all = -FLT_MAX;
-  for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w]);
-  float l_all = 0.0f;
-  for (int w = 0; w < kWarps; ++w) {
-    if (warp_l[w] > 0.0f) l_all = __fmaf_rn(warp_l[w], __expf(warp_m[w] - m_all), l_all);
+
+  // The block's merge of its warps: each head's weights exp(m_w - m_all) once, then per head
+  // and element; a warp of 32 consecutive elements is one head's quantization block
+  // (head_dim_v % 32 == 0 when the int8 output is asked for).
+  __shared__ float weight[kMaxGroup][kWarps], head_m[kMaxGroup], head_l[kMaxGroup];
+  if (threadIdx.x < group) {
+    const int h = threadIdx.x;
+    float m_all = -FLT_MAX;
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][h]);
+    float l_all = 0.0f;
+    for (int w = 0; w < kWarps; ++w) {
+      weight[h][w] = warp_l[w][h] > 0.0f ? __expf(warp_m[w][h] - m_all) : 0.0f;
+      if (warp_l[w][h] > 0.0f) l_all = __fmaf_rn(warp_l[w][h], weight[h][w], l_all);
+    }
+    head_m[h] = m_all, head_l[h] = l_all;
   }
-  // merge_splits over this one split: m_all is the split's, each weight exp(m_all - m_all).
-  const float w_self = __expf(m_all - m_all);
-  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+  __syncthreads();
+  const float* accs = block_scratch(p, suffix_slots);
+  const int warp_floats = group * dim_v;
+  for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
+    const int h = e / dim_v, d = e % dim_v;
     float o = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
-      if (warp_l[w] > 0.0f) o = __fmaf_rn(warp_acc[w][d], __expf(warp_m[w] - m_all), o);
+      if (warp_l[w][h] > 0.0f) o = __fmaf_rn(accs[w * warp_floats + e], weight[h][w], o);
     }
     if (direct) {
-      write_output(p, head, row, d,
-                   __fdiv_rn(__fmaf_rn(o, w_self, 0.0f), __fmaf_rn(l_all, w_self, 0.0f)));
+      // merge_splits over this one split: m_all is the split's, its weight exp(m_all - m_all).
+      const float w_self = __expf(head_m[h] - head_m[h]);
+      write_output(p, head0 + h, row, d,
+                   __fdiv_rn(__fmaf_rn(o, w_self, 0.0f), __fmaf_rn(head_l[h], w_self, 0.0f)));
     } else {
-      partial[2 + d] = o;
+      float* ph = partial + h * head_stride;
+      ph[2 + d] = o;
+      if (d == 0) ph[0] = head_m[h], ph[1] = head_l[h];
     }
   }
-  if (threadIdx.x == 0 && !direct) partial[0] = m_all, partial[1] = l_all;
 }
 
-// Splits of the (head, row) that can hold a key it sees; the merge reads only those.
+// Splits of the (group, row) that can hold a key it sees; the merge reads only those.
 __device__ __forceinline__ int used_splits(const RowMeta& rm) {
   const int max_keys = rm.n_committed + rm.n_batch_keys;
   return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
 }
 
-// Merges the (head, row)'s splits in order into out (and its int8 copy). Splits at or beyond the
-// row's last possible key hold no partial (or an empty one, l = 0), so the merge stops
-// before them (a 4096-slot cache has 32 splits; a short context uses one). The partials come from
-// other blocks of this launch: read past L1 (__ldcg), which is not coherent between SMs.
+// Merges the (group, row)'s splits in order into out (and its int8 and fp16 forms), per head.
+// Splits at or beyond the row's last possible key hold no partial (or an empty one, l = 0), so
+// the merge stops before them (a 4096-slot cache has 32 splits; a short context uses one). The
+// partials come from other blocks of this launch: read past L1 (__ldcg), which is not coherent
+// between SMs.
 //
-// Two rounds of loads: every split's (max, sum) at once, then every split's output element; the
-// splits' weights exp(m_s - m_all) are computed once, in split order, by one thread (the same
-// operations in the same order as an element's own loop would do them). A merge that read them
-// per element waited on several dependent rounds of L2 loads a split.
+// Two rounds of loads: every split's (max, sum) at once, then every split's output element; a
+// head's split weights exp(m_s - m_all) are computed once, in split order, by one thread (the
+// same operations in the same order as an element's own loop would do them). A merge that read
+// them per element waited on several dependent rounds of L2 loads a split.
 constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
-__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int n_splits) {
-  const int head = blockIdx.x, row = p.row_base + blockIdx.y;
+__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int n_splits,
+                             float* scratch) {
+  const int group = p.group, head0 = blockIdx.x * group, row = p.row_base + blockIdx.y;
   const int n_used = used_splits(rm);
-  const int partial_width = 2 + p.head_dim_v;
+  const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
+  // Head head0 + h's split s at partial + (h n_splits + s) partial_width.
   const float* partial =
-      p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head) * n_splits * partial_width;
+      p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head0) * n_splits * partial_width;
+  auto at = [&](int h, int s) {
+    return partial + (static_cast<int64_t>(h) * n_splits + s) * partial_width;
+  };
   if (n_used <= kMergeMaxSplits) {
-    __shared__ float split_m[kMergeMaxSplits], split_l[kMergeMaxSplits], split_w[kMergeMaxSplits];
-    __shared__ float l_shared;
-    for (int s = threadIdx.x; s < n_used; s += blockDim.x) {
-      split_m[s] = __ldcg(partial + s * partial_width);
-      split_l[s] = __ldcg(partial + s * partial_width + 1);
+    float* split_m = scratch;  // [group][n_used] each
+    float* split_l = split_m + group * n_used;
+    float* split_w = split_l + group * n_used;
+    __shared__ float l_shared[kMaxGroup];
+    for (int i = threadIdx.x; i < group * n_used; i += blockDim.x) {
+      const float* ps = at(i / n_used, i % n_used);
+      split_m[i] = __ldcg(ps);
+      split_l[i] = __ldcg(ps + 1);
     }
     __syncthreads();
-    if (threadIdx.x == 0) {
+    if (threadIdx.x < group) {
+      const int h0 = threadIdx.x * n_used;
       float m_all = -FLT_MAX;
       for (int s = 0; s < n_used; ++s) {
-        if (split_l[s] > 0.0f) m_all = fmaxf(m_all, split_m[s]);
+        if (split_l[h0 + s] > 0.0f) m_all = fmaxf(m_all, split_m[h0 + s]);
       }
       float l_all = 0.0f;
       for (int s = 0; s < n_used; ++s) {
-        split_w[s] = __expf(split_m[s] - m_all);
-        if (split_l[s] > 0.0f) l_all = __fmaf_rn(split_l[s], split_w[s], l_all);
+        split_w[h0 + s] = __expf(split_m[h0 + s] - m_all);
+        if (split_l[h0 + s] > 0.0f) l_all = __fmaf_rn(split_l[h0 + s], split_w[h0 + s], l_all);
       }
-      l_shared = l_all;
+      l_shared[threadIdx.x] = l_all;
     }
     __syncthreads();
-    const float l_all = l_shared;
     // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
-    for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
+      const int h = e / dim_v, d = e % dim_v;
       float o = 0.0f;
 #pragma unroll 4
       for (int s = 0; s < n_used; ++s) {
-        const float v = __ldcg(partial + s * partial_width + 2 + d);
-        if (split_l[s] > 0.0f) o = __fmaf_rn(v, split_w[s], o);
+        const float v = __ldcg(at(h, s) + 2 + d);
+        if (split_l[h * n_used + s] > 0.0f) o = __fmaf_rn(v, split_w[h * n_used + s], o);
       }
-      write_output(p, head, row, d, __fdiv_rn(o, l_all));
+      write_output(p, head0 + h, row, d, __fdiv_rn(o, l_shared[h]));
     }
     return;
   }
-  float m_all = -FLT_MAX;
-  for (int s = 0; s < n_used; ++s) {
-    if (__ldcg(partial + s * partial_width + 1) > 0.0f) {
-      m_all = fmaxf(m_all, __ldcg(partial + s * partial_width));
+  for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
+    const int h = e / dim_v, d = e % dim_v;
+    float m_all = -FLT_MAX;
+    for (int s = 0; s < n_used; ++s) {
+      if (__ldcg(at(h, s) + 1) > 0.0f) m_all = fmaxf(m_all, __ldcg(at(h, s)));
     }
-  }
-  float l_all = 0.0f;
-  for (int s = 0; s < n_used; ++s) {
-    const float* ps = partial + s * partial_width;
-    const float l = __ldcg(ps + 1);
-    if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(ps) - m_all), l_all);
-  }
-  for (int d = threadIdx.x; d < p.head_dim_v; d += blockDim.x) {
+    float l_all = 0.0f;
+    for (int s = 0; s < n_used; ++s) {
+      const float l = __ldcg(at(h, s) + 1);
+      if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(at(h, s)) - m_all), l_all);
+    }
     float o = 0.0f;
     for (int s = 0; s < n_used; ++s) {
-      const float* ps = partial + s * partial_width;
+      const float* ps = at(h, s);
       if (__ldcg(ps + 1) > 0.0f) o = __fmaf_rn(__ldcg(ps + 2 + d), __expf(__ldcg(ps) - m_all), o);
     }
-    write_output(p, head, row, d, __fdiv_rn(o, l_all));
+    write_output(p, head0 + h, row, d, __fdiv_rn(o, l_all));
   }
 }
 
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
 // taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
-template <int kDim, bool kSkip>
-__global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionParams p) {
+template <bool kSkip>
+__global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionParams p) {
   pdl_enter();
+  extern __shared__ int32_t suffix_slots[];
   const RowMeta rm = row_meta(p, p.row_base + blockIdx.y);
   // Warp 0's first batch entries load with the row's (the scan needs them next).
   const BatchEntry mine = threadIdx.x < 32 ? batch_entry(p, threadIdx.x) : BatchEntry{-1, 0, 0, 0};
   const int n_used = kSkip ? used_splits(rm) : gridDim.z;
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
   // One split (any context under kKeysPerSplit): no partial, no count, no second pass over L2.
-  if (kSkip && n_used == 1) return split_partial<kDim>(p, rm, mine, true);
-  split_partial<kDim>(p, rm, mine, false);
-  if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x, n_used)) {
-    merge_splits(p, rm, gridDim.z);
+  if (kSkip && n_used == 1) return split_partial(p, rm, mine, true, suffix_slots);
+  split_partial(p, rm, mine, false, suffix_slots);
+  if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x * p.group, n_used)) {
+    merge_splits(p, rm, gridDim.z, block_scratch(p, suffix_slots));
   }
 }
 
@@ -416,24 +519,64 @@ size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_di
   return static_cast<size_t>(rows) * scratch_row_bytes(n_head, capacity, head_dim_v);
 }
 
+namespace {
+// Query heads a block takes: a divisor of the heads per K/V head up to kMaxGroup. A head's bits
+// do not depend on it (the mma's rows are independent), so it follows the launch's shape: the
+// largest group that still leaves min_blocks blocks a split. Few rows (a decode) want a head a
+// block, as many blocks as there are, for the latency of a block's merge and output writes grows
+// with its heads; many rows want the K/V rows read once for every head of a group.
+// SALVO_CUDA_ATTENTION_GROUP=N caps the group and SALVO_CUDA_ATTENTION_BLOCKS sets min_blocks
+// (A/B runs; read at every launch, a graph captures them once).
+int head_group(int n_head, int n_head_kv, int n_rows) {
+  const int per_kv = n_head / n_head_kv;
+  int group = std::min(per_kv, kMaxGroup);
+  if (const char* env = std::getenv("SALVO_CUDA_ATTENTION_GROUP")) {
+    group = std::clamp(std::atoi(env), 1, group);
+  }
+  int min_blocks = kMinBlocksPerSplit;
+  if (const char* env = std::getenv("SALVO_CUDA_ATTENTION_BLOCKS")) min_blocks = std::atoi(env);
+  while (group > 1 && (per_kv % group != 0 || n_rows * (n_head / group) < min_blocks)) --group;
+  return group;
+}
+
+// The warps' outputs and the merge's split arrays share the space behind the slots.
+size_t attention_smem(int n_rows, int group, int head_dim_v, int n_splits) {
+  const size_t floats = std::max<size_t>(static_cast<size_t>(kWarps) * group * head_dim_v,
+                                         3ull * group * std::min(n_splits, kMergeMaxSplits));
+  return (static_cast<size_t>((n_rows + 3) & ~3) + floats) * sizeof(float);
+}
+
+template <bool kSkip>
+void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const AttentionParams& p) {
+  // Past the default 48 KB (eight heads of 256 elements, or a batch of thousands of rows).
+  static const bool opted = [] {
+    SALVO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kSkip>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10));
+    return true;
+  }();
+  (void)opted;
+  launch(attention_kernel<kSkip>, grid, kWarps * 32, smem, stream, p);
+}
+}  // namespace
+
 void attention(const AttentionParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
   const int n_splits = attention_splits(p.kv.capacity);
   int per_launch = attention_rows_per_launch(p.n_head, p.kv.capacity, p.head_dim_v);
   if (p.rows_per_launch > 0) per_launch = std::min(per_launch, p.rows_per_launch);
-  const size_t smem = p.batch.n_rows * sizeof(int32_t);
+  const int group = head_group(p.n_head, p.n_head_kv, p.batch.n_rows);
+  const size_t smem = attention_smem(p.batch.n_rows, group, p.head_dim_v, n_splits);
   // A row's arithmetic does not depend on which launch takes it: the same bits in one launch
   // or many.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
     AttentionParams part = p;
     part.row_base = first;
-    const dim3 grid(p.n_head, std::min(per_launch, p.batch.n_rows - first), n_splits);
+    part.group = group;
+    const dim3 grid(p.n_head / group, std::min(per_launch, p.batch.n_rows - first), n_splits);
     if (serial_attention()) {
-      launch(attention_kernel<kMaxDimPerLane, false>, grid, kWarps * 32, smem, stream, part);
-    } else if (p.head_dim <= 128 && p.head_dim_v <= 128) {
-      launch(attention_kernel<4, true>, grid, kWarps * 32, smem, stream, part);
+      launch_attention<false>(grid, smem, stream, part);
     } else {
-      launch(attention_kernel<kMaxDimPerLane, true>, grid, kWarps * 32, smem, stream, part);
+      launch_attention<true>(grid, smem, stream, part);
     }
   }
 }

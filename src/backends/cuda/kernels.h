@@ -256,6 +256,7 @@ struct AttentionParams {
   // use it to check that the split into launches keeps the bits).
   int rows_per_launch = 0;
   int row_base = 0;  // the launch's first batch row: attention() sets it
+  int group = 0;     // query heads a block (of one K/V head): attention() sets it
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
@@ -269,7 +270,8 @@ int attention_rows_per_launch(int n_head, int capacity, int head_dim_v);
 // The partials of min(n_rows, attention_rows_per_launch()) rows.
 size_t attention_scratch_bytes(int n_rows, int n_head, int capacity, int head_dim_v);
 // Softmax attention of every row over the committed rows of its sequence plus its ancestors in
-// the batch; heads up to 256 wide, head_dim a multiple of 4.
+// the batch; heads up to 256 wide, head_dim a multiple of 4. Q, K, V and the probabilities go
+// through the fp16 tensor cores (fp32 scores and sums).
 void attention(const AttentionParams& p, cudaStream_t stream);
 
 // Moves slot from[j] to slot to[j] of one sequence, in order j = 0, 1, ... (from[j] >= to[j],

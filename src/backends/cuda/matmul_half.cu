@@ -42,6 +42,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
+#include "backends/cuda/mma.cuh"
 #include "quant/fp16.h"
 
 namespace salvo::cuda {
@@ -50,15 +51,6 @@ namespace {
 constexpr int kMaxWarps = 8;
 constexpr int kMaxParts = 3;
 constexpr int kQ4KChunk = 2560, kQ6KChunk = 3584;
-
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0,
-                                         uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, "
-      "{%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 
 // (w & 0x000F000F) | 0x64006400 in one LOP3 (0xEA: (a & b) | c): two fp16 1024 + nibble.
 __device__ __forceinline__ uint32_t lop_nibbles(uint32_t w) {
