@@ -88,6 +88,14 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
 
 namespace {
 
+bool half_head_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_CUDA_HALF_HEAD");
+    return v != nullptr && std::atoi(v) != 0;
+  }();
+  return on;
+}
+
 struct DeviceLayer {
   const float* attn_norm = nullptr;
   DeviceLinear wq, wk, wv, wo;
@@ -349,6 +357,14 @@ class CudaModel : public Model {
     }
     SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
     heads_ = {.token_embd = token_embd_.shape, .output = output_.shape};
+    // SALVO_CUDA_HALF_HEAD=1 (off until measured on the H200): a second copy of the LM head in
+    // kHalf's layout for the logits, the row-major one kept for the embedding lookup and the
+    // drafters. A kHalf matmul reads 8-16 rows at ~1.3x a row where the int8 kernel of the
+    // row-major copy takes 2-3x (the 1.5B's head: 61.5 us at one row, 109 at eight, session 26).
+    const MatmulParams& o = output_.shape;
+    if (half_head_enabled() && half_enabled() && half_supported(o.type, o.n_out, o.n_in)) {
+      SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_half_, true));
+    }
     for (const LlamaLayer& l : cpu.layers()) {
       DeviceLayer& d = layers_.emplace_back();
       SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, c.n_embd, &d.attn_norm));
@@ -590,7 +606,8 @@ class CudaModel : public Model {
     }
     // Only the rows whose logits are read go through the LM head.
     float* lr = logit_rows_.get<float>();
-    const Q8Out lq = q8_for(n_logits, {&output_});
+    const DeviceLinear& head = output_half_.shape.w != nullptr ? output_half_ : output_;
+    const Q8Out lq = q8_for(n_logits, {&head});
     if (n_logits == n) {
       // Every row (decode and verification passes: logit_rows is 0..n-1): the norm adds the
       // last block's residual itself, with the bits of the add, gather and norm it replaces.
@@ -600,7 +617,7 @@ class CudaModel : public Model {
       gather_rows(x, logit_rows, n_logits, c.n_embd, lr, stream_);
       rms_norm_q8(lr, nullptr, output_norm_, lr, n_logits, c.n_embd, c.rms_eps, lq, stream_);
     }
-    if (runs("head")) linear(output_, lr, as_rows(lq), n_logits, logits_.get<float>());
+    if (runs("head")) linear(head, lr, as_rows(lq), n_logits, logits_.get<float>());
     SALVO_CUDA_CHECK(cudaGetLastError());
   }
 
@@ -613,6 +630,7 @@ class CudaModel : public Model {
   DeviceWeights weights_;
   std::unique_ptr<DevicePass> arch_pass_;  // null: the llama pass below
   DeviceLinear token_embd_, output_;
+  DeviceLinear output_half_;  // SALVO_CUDA_HALF_HEAD=1: the LM head in kHalf's layout
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
   DeviceHeads heads_;
