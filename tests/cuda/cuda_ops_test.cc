@@ -608,6 +608,68 @@ TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
   }
 }
 
+// gate and up packed as one gated matrix (pack_half_gated), the activation in its launch,
+// against the two matrices' group launch and gated_act_q8: the same bits and fp16 fragments at
+// every n tile count, across 64-row pieces (70 rows), with 8 warps a block (512 -> 1024) and
+// with k split (4096 -> 256), for both activations.
+TEST_F(CudaOps, GatedMatmulGivesTheUnfusedBits) {
+  const std::pair<int64_t, int64_t> shapes[] = {
+      {1536, 8960}, {512, 4608}, {512, 1024}, {4096, 256}};
+  for (const auto& [n_in, n_ff] : shapes) {
+    for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+      SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(n_in) + "->" +
+                   std::to_string(n_ff));
+      ASSERT_TRUE(cuda::half_gated_supported(type, n_ff, n_in));
+      float sg = 0.0f, su = 0.0f, sf = 0.0f;
+      const auto wg = random_weights(type, n_ff, n_in, 70),
+                 wu = random_weights(type, n_ff, n_in, 71);
+      Dev<uint8_t> dg(cuda::pack_half_weights(type, wg.data(), n_ff, n_in, &sg));
+      Dev<uint8_t> du(cuda::pack_half_weights(type, wu.data(), n_ff, n_in, &su));
+      Dev<uint8_t> df(cuda::pack_half_gated(type, wg.data(), wu.data(), n_ff, n_in, &sf));
+      for (int rows : {1, 9, 16, 33, 70}) {
+        for (cuda::GatedAct act : {cuda::GatedAct::kSilu, cuda::GatedAct::kGeluTanh}) {
+          SCOPED_TRACE(std::to_string(rows) + (act == cuda::GatedAct::kSilu ? " silu" : " gelu"));
+          Dev<float> dx(random_floats(rows * n_in, 74, 2.0f));
+          Dev<uint16_t> dh(frag_halves(rows, n_in));
+          cuda::half_frags(dx.ptr, rows, n_in, dh.ptr, nullptr);
+          Dev<float> g1(rows * n_ff), u1(rows * n_ff), g2(rows * n_ff);
+          Dev<uint16_t> f1(zeros_u16(frag_halves(rows, n_ff))), f2(zeros_u16(f1.n));
+          cuda::MatmulParams parts[2];
+          const Dev<uint8_t>* ws[2] = {&dg, &du};
+          const float scales[2] = {sg, su};
+          float* ys[2] = {g1.ptr, u1.ptr};
+          for (int i = 0; i < 2; ++i) {
+            parts[i] = {.type = type,
+                        .w = ws[i]->ptr,
+                        .n_out = n_ff,
+                        .n_in = n_in,
+                        .x = dx.ptr,
+                        .n_rows = rows,
+                        .y = ys[i],
+                        .variant = cuda::MatmulVariant::kHalf,
+                        .xq = {.h = dh.ptr},
+                        .half_scale = scales[i]};
+          }
+          cuda::matmul_group(parts, 2, nullptr);
+          cuda::gated_act_q8(act, g1.ptr, u1.ptr, rows, static_cast<int>(n_ff), {.h = f1.ptr},
+                             nullptr);
+          cuda::MatmulParams fused = parts[0];
+          fused.w = df.ptr;
+          fused.n_out = 2 * n_ff;
+          fused.y = g2.ptr;
+          fused.half_scale = sf;
+          fused.gated = true;
+          fused.gated_act = act;
+          fused.gated_h = f2.ptr;
+          cuda::matmul(fused, nullptr);
+          EXPECT_EQ(g2.host(), g1.host());
+          EXPECT_EQ(f2.host(), f1.host());
+        }
+      }
+    }
+  }
+}
+
 // tile_weights()' layout gives the row-major layout's bits, for every kernel the integer
 // variants pick (dp4a up to 8 rows for kQ8, mma beyond, split k on the long shape, a partial
 // 32-row tile at 40 outputs, 64-row pieces at 100 rows) and in a group launch.

@@ -18,7 +18,8 @@ struct Gemma3DeviceLayer {
   const float* k_norm = nullptr;
   const float* post_attn_norm = nullptr;
   const float* ffn_norm = nullptr;
-  DeviceLinear ffn_gate, ffn_up, ffn_down;
+  DeviceGatedFfn ffn;
+  DeviceLinear ffn_down;
   const float* post_ffn_norm = nullptr;
 };
 
@@ -41,9 +42,10 @@ class Gemma3Pass : public DevicePass {
       SALVO_RETURN_IF_ERROR(w.upload_matrix(l.wo.weight, l.wo.bias, &d.wo, true));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_attn_norm, c_.n_embd, &d.post_attn_norm));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.ffn_norm, c_.n_embd, &d.ffn_norm));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate, true));
-      SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up, true));
       SALVO_RETURN_IF_ERROR(w.upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down, true));
+      SALVO_RETURN_IF_ERROR(w.upload_gated(l.ffn_gate.weight, l.ffn_up.weight,
+                                           variant_of(d.ffn_down.shape) == MatmulVariant::kHalf,
+                                           &d.ffn));
       SALVO_RETURN_IF_ERROR(w.upload_vector(l.post_ffn_norm, c_.n_embd, &d.post_ffn_norm));
     }
     return Status();
@@ -101,11 +103,10 @@ class Gemma3Pass : public DevicePass {
       }
       rms_norm(b.h, l.post_attn_norm, b.h, n, c_.n_embd, eps, stream);
       // Feed-forward block (GELU-gated), after x += h.
-      const Q8Out fq = q8_for(b.xq, n, {&l.ffn_gate, &l.ffn_up});
+      const Q8Out fq = q8_for_ffn(b.xq, n, l.ffn);
       rms_norm_q8(b.x, b.h, l.ffn_norm, b.h, n, c_.n_embd, eps, fq, stream);
-      linears({{&l.ffn_gate, b.gate}, {&l.ffn_up, b.up}}, b.h, as_rows(fq), n, stream);
-      const Q8Out gq = q8_for(b.xq, n, {&l.ffn_down});
-      gated_act_q8(GatedAct::kGeluTanh, b.gate, b.up, n, c_.n_ff, gq, stream);
+      const Q8Out gq = q8_out_for(b.xq, n, {&l.ffn_down});
+      gated_ffn(GatedAct::kGeluTanh, l.ffn, b.gate, b.up, b.h, as_rows(fq), n, c_.n_ff, gq, stream);
       linears({{&l.ffn_down, b.h}}, b.gate, as_rows(gq), n, stream);
       rms_norm(b.h, l.post_ffn_norm, b.h, n, c_.n_embd, eps, stream);
     }

@@ -86,12 +86,34 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
   return Status();
 }
 
+Status DeviceWeights::upload_gated(const WeightView& gate, const WeightView& up, bool down_half,
+                                   DeviceGatedFfn* out) {
+  static const bool fuse = [] {
+    const char* v = std::getenv("SALVO_CUDA_FUSED_ACT");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  if (!fuse || !down_half || !half_enabled() || gate.type != up.type || gate.n_out != up.n_out ||
+      gate.n_in != up.n_in || !half_gated_supported(gate.type, gate.n_out, gate.n_in)) {
+    SALVO_RETURN_IF_ERROR(upload_matrix(gate, nullptr, &out->gate, true));
+    return upload_matrix(up, nullptr, &out->up, true);
+  }
+  MatmulParams& p = out->fused.shape;
+  p.type = gate.type;
+  p.n_out = 2 * gate.n_out;
+  p.n_in = gate.n_in;
+  p.variant = MatmulVariant::kHalf;
+  p.gated = true;
+  const std::vector<uint8_t> packed =
+      pack_half_gated(gate.type, gate.data, up.data, gate.n_out, gate.n_in, &p.half_scale);
+  return upload_tensor(packed.data(), packed.size(), &p.w);
+}
+
 namespace {
 
 bool half_head_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("SALVO_CUDA_HALF_HEAD");
-    return v != nullptr && std::atoi(v) != 0;
+    return v == nullptr || std::atoi(v) != 0;
   }();
   return on;
 }
@@ -100,7 +122,8 @@ struct DeviceLayer {
   const float* attn_norm = nullptr;
   DeviceLinear wq, wk, wv, wo;
   const float* ffn_norm = nullptr;
-  DeviceLinear ffn_gate, ffn_up, ffn_down;
+  DeviceGatedFfn ffn;
+  DeviceLinear ffn_down;
 };
 
 // The device rows of one KvCache: [n_layer][n_seq][capacity][width] floats for K and for V.
@@ -357,10 +380,12 @@ class CudaModel : public Model {
     }
     SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
     heads_ = {.token_embd = token_embd_.shape, .output = output_.shape};
-    // SALVO_CUDA_HALF_HEAD=1 (off until measured on the H200): a second copy of the LM head in
-    // kHalf's layout for the logits, the row-major one kept for the embedding lookup and the
-    // drafters. A kHalf matmul reads 8-16 rows at ~1.3x a row where the int8 kernel of the
-    // row-major copy takes 2-3x (the 1.5B's head: 61.5 us at one row, 109 at eight, session 26).
+    // A second copy of the LM head in kHalf's layout for the logits (SALVO_CUDA_HALF_HEAD=0: none),
+    // the row-major one kept for the embedding lookup and the drafters. A kHalf matmul reads
+    // 8-16 rows at ~1.3x a row where the int8 kernel of the row-major copy takes 2-3x. Session 30
+    // on the H200 (salvo bench --verify, random shapes, with / without): 1.5B tg128 816, 808 /
+    // 784, 795 tok/s, 64 rows 5.39 / 5.48 ms; 7B 16 rows 4.56 / 4.96 ms, 64 rows 11.1 / 12.5.
+    // It costs the head's bytes again (the 1.5B: ~200 MB; the 7B: ~450 MB).
     const MatmulParams& o = output_.shape;
     if (half_head_enabled() && half_enabled() && half_supported(o.type, o.n_out, o.n_in)) {
       SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_half_, true));
@@ -373,9 +398,10 @@ class CudaModel : public Model {
       SALVO_RETURN_IF_ERROR(upload_matrix(l.wv.weight, l.wv.bias, &d.wv));
       SALVO_RETURN_IF_ERROR(upload_matrix(l.wo.weight, l.wo.bias, &d.wo));
       SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, c.n_embd, &d.ffn_norm));
-      SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_gate.weight, nullptr, &d.ffn_gate));
-      SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_up.weight, nullptr, &d.ffn_up));
       SALVO_RETURN_IF_ERROR(upload_matrix(l.ffn_down.weight, nullptr, &d.ffn_down));
+      SALVO_RETURN_IF_ERROR(
+          weights_.upload_gated(l.ffn_gate.weight, l.ffn_up.weight,
+                                variant_of(d.ffn_down.shape) == MatmulVariant::kHalf, &d.ffn));
     }
     return Status();
   }
@@ -434,6 +460,7 @@ class CudaModel : public Model {
     grow(xq_, rows * widest);
     grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
     grow(xh_, (rows + 7) / 8 * 8 * widest * sizeof(uint16_t));
+    grow(xh_out_, (rows + 7) / 8 * 8 * static_cast<size_t>(c.n_ff) * sizeof(uint16_t));
     grow(meta_, (7 * rows + n_seq) * sizeof(int32_t));
     grow(meta_host_, (7 * rows + n_seq) * sizeof(int32_t));
     return moved;
@@ -460,7 +487,10 @@ class CudaModel : public Model {
                                      cudaMemcpyHostToDevice, stream_));
   }
 
-  Q8Buffer xq_buffer() { return {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), xh_.get<uint16_t>()}; }
+  Q8Buffer xq_buffer() {
+    return {xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), xh_.get<uint16_t>(),
+            xh_out_.get<uint16_t>()};
+  }
   Q8Out q8_for(int n, std::initializer_list<const DeviceLinear*> users) {
     return cuda::q8_for(xq_buffer(), n, users);
   }
@@ -591,11 +621,12 @@ class CudaModel : public Model {
                                  : quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo});
       if (runs("wo")) linear(l.wo, attn, aq_rows, n, h);
       // Feed-forward block (SwiGLU), after x += h.
-      const Q8Out fq = q8_for(n, {&l.ffn_gate, &l.ffn_up});
+      const Q8Out fq = q8_for_ffn(xq_buffer(), n, l.ffn);
       if (runs("norm")) rms_norm_q8(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, fq, stream_);
-      if (runs("gateup")) linears({{&l.ffn_gate, gate}, {&l.ffn_up, up}}, h, as_rows(fq), n);
-      const Q8Out gq = q8_for(n, {&l.ffn_down});
-      if (runs("act")) gated_act_q8(GatedAct::kSilu, gate, up, n, c.n_ff, gq, stream_);
+      const Q8Out gq = q8_out_for(xq_buffer(), n, {&l.ffn_down});
+      if (runs("gateup")) {  // with the activation
+        gated_ffn(GatedAct::kSilu, l.ffn, gate, up, h, as_rows(fq), n, c.n_ff, gq, stream_);
+      }
       if (runs("down")) linear(l.ffn_down, gate, as_rows(gq), n, h);
       // The block's output is x + h (the next block's norm adds them): [n, slots, n_embd].
       for (size_t slot = 0; slot < hidden_layers.size(); ++slot) {
@@ -630,7 +661,7 @@ class CudaModel : public Model {
   DeviceWeights weights_;
   std::unique_ptr<DevicePass> arch_pass_;  // null: the llama pass below
   DeviceLinear token_embd_, output_;
-  DeviceLinear output_half_;  // SALVO_CUDA_HALF_HEAD=1: the LM head in kHalf's layout
+  DeviceLinear output_half_;  // the LM head in kHalf's layout (unless SALVO_CUDA_HALF_HEAD=0)
   const float* output_norm_ = nullptr;
   std::vector<DeviceLayer> layers_;
   DeviceHeads heads_;
@@ -638,6 +669,7 @@ class CudaModel : public Model {
   DeviceBuffer hidden_;        // [n, hidden layers, n_embd]
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   DeviceBuffer xh_;            // its fp16 fragments (kHalf)
+  DeviceBuffer xh_out_;        // the gated activation's fragments (Q8Buffer::h_out)
   DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
   DeviceBuffer top_ids_, top_values_;  // [n_logits, k] of forward_layers_top (outside the graphs)
@@ -648,9 +680,10 @@ class CudaModel : public Model {
   bool use_graphs_ = true;
   bool warmup_ = false;  // the last pass captured a graph or grew the scratch
   // SALVO_CUDA_SKIP: kernel classes left out of the llama pass, comma-separated (norm, qkv, rope,
-  // attn, wo, gateup, act, down, head). A graph step's time minus the time without a class is
-  // what that class costs in the pipeline (with PDL overlap), which ncu's one-kernel-at-a-time
-  // durations are not (attention: 21 us a layer in the step, 11 alone). Profiling only.
+  // attn, wo, gateup (with the activation), down, head). A graph step's time minus the time without
+  // a class is what that class costs in the pipeline (with PDL overlap), which ncu's
+  // one-kernel-at-a-time durations are not (attention: 21 us a layer in the step, 11 alone).
+  // Profiling only.
   std::string skip_;
   bool runs(const char* kernels) const { return skip_.find(kernels) == std::string::npos; }
   std::map<std::tuple<int, int, const void*, std::vector<int32_t>>, cudaGraphExec_t> graphs_;

@@ -28,12 +28,21 @@ struct DeviceLinear {
   MatmulParams shape;  // type, w, n_out, n_in, bias (x, y, n_rows are set per call)
 };
 
+// The gate and up projections of a gated feed-forward: one kHalf matrix that applies the
+// activation in its own launch (fused.shape.w set; DeviceWeights::upload_gated), else the two.
+struct DeviceGatedFfn {
+  DeviceLinear gate, up, fused;
+};
+
 // Room for the converted forms of a pass's matmul inputs ([n, width] int8 values and their
 // Q8Meta; kHalf's fp16 fragments of n rounded up to 8 rows, where a matrix takes kHalf).
 struct Q8Buffer {
   int8_t* q = nullptr;
   Q8Meta* meta = nullptr;
   uint16_t* h = nullptr;
+  // A second fp16 fragment buffer for the output of an op that still reads h (gate/up with the
+  // activation: its blocks read the input's fragments while others write the product's).
+  uint16_t* h_out = nullptr;
 };
 
 // y = x W^T (+ bias) for n rows on `stream`. When the weight's kernel reads int8 activations,
@@ -71,6 +80,17 @@ inline Q8Out q8_for(const Q8Buffer& xq, int n, std::initializer_list<const Devic
   }
   return out;
 }
+// q8_for's output with its fp16 fragments in xq.h_out (when it has one).
+inline Q8Out q8_out_for(const Q8Buffer& xq, int n,
+                        std::initializer_list<const DeviceLinear*> users) {
+  Q8Out out = q8_for(xq, n, users);
+  if (out.h != nullptr && xq.h_out != nullptr) out.h = xq.h_out;
+  return out;
+}
+// q8_for the gate/up matrices of a feed-forward.
+inline Q8Out q8_for_ffn(const Q8Buffer& xq, int n, const DeviceGatedFfn& f) {
+  return f.fused.shape.w != nullptr ? q8_for(xq, n, {&f.fused}) : q8_for(xq, n, {&f.gate, &f.up});
+}
 inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride, q.h}; }
 
 // Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
@@ -96,6 +116,29 @@ inline void linears(std::initializer_list<std::pair<const DeviceLinear*, float*>
   flush();
 }
 
+// gate = act(x gate^T) * (x up^T) [n, n_ff] with its int8 / fp16 form (out) for the down
+// projection: in the gate/up launch itself where f is fused, else the two matrices' launch and
+// gated_act_q8. u is scratch.
+inline void gated_ffn(GatedAct act, const DeviceGatedFfn& f, float* g, float* u, const float* x,
+                      const Q8Rows& xq, int n, int n_ff, const Q8Out& out, cudaStream_t stream) {
+  if (f.fused.shape.w != nullptr) {
+    // The down projection reads only the fp16 fragments (upload_gated checked its type), which
+    // must not be the buffer this launch reads.
+    SALVO_CHECK(out.q == nullptr && out.h != nullptr && out.h != xq.h);
+    MatmulParams p = f.fused.shape;
+    p.x = x;
+    p.xq = xq;
+    p.n_rows = n;
+    p.y = g;
+    p.gated_act = act;
+    p.gated_h = out.h;
+    matmul(p, stream);
+    return;
+  }
+  linears({{&f.gate, g}, {&f.up, u}}, x, xq, n, stream);
+  gated_act_q8(act, g, u, n, n_ff, out, stream);
+}
+
 // The device copies of one model's weights, uploaded once in their GGUF formats.
 class DeviceWeights {
  public:
@@ -105,6 +148,11 @@ class DeviceWeights {
   // kernel reads (kHalf's packing, or tile_weights()'), so only the matmuls may read the matrix.
   Status upload_matrix(const WeightView& w, const float* bias, DeviceLinear* out,
                        bool repack = false);
+  // gate and up as one gated kHalf matrix where both take kHalf with one type and shape and the
+  // down projection reads only fp16 (down_half), unless SALVO_CUDA_FUSED_ACT=0; else each as
+  // upload_matrix(repack) does.
+  Status upload_gated(const WeightView& gate, const WeightView& up, bool down_half,
+                      DeviceGatedFfn* out);
 
  private:
   std::vector<DeviceBuffer> buffers_;

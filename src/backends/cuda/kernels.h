@@ -59,6 +59,7 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
                    int64_t meta_stride, cudaStream_t stream);
 
 struct MatmulParams;
+enum class GatedAct { kSilu, kGeluTanh };
 
 // The matmul kernel families, selectable per call (benchmarks, tests) or for a whole run with
 // SALVO_CUDA_MATMUL=<name>; kAuto picks the default of the weight type (a table in matmul.cu).
@@ -102,6 +103,12 @@ struct MatmulParams {
   bool tiled = false;
   // kHalf: the factor of the packed scales (pack_half_weights), applied to the fp32 sums.
   float half_scale = 1.0f;
+  // kHalf, w from pack_half_gated (gate and up of a feed-forward, n_out = 2 n_ff, no bias): y
+  // [n_rows, n_ff] = gated_act(gate, up) and its fp16 fragments to gated_h, in the matmul's own
+  // launch, with the bits of the two matrices' launch followed by gated_act_q8.
+  bool gated = false;
+  GatedAct gated_act = GatedAct::kSilu;
+  uint16_t* gated_h = nullptr;
 };
 
 // The tiled weight layout of the integer variants, for the block-quantized types with one
@@ -146,6 +153,12 @@ bool half_supported(DType type, int64_t n_out, int64_t n_in);
 // MatmulParams::half_scale (the scales are stored times its inverse, a power of two).
 std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
                                        float* scale);
+// Whether gate and up [n_ff, n_in] of this type can be packed as one gated matrix.
+bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in);
+// gate's and up's rows interleaved by eight (each 16-row tile: 8 of gate, the same 8 of up, so
+// an mma lane holds both halves of its outputs), then pack_half_weights.
+std::vector<uint8_t> pack_half_gated(DType type, const void* gate, const void* up, int64_t n_ff,
+                                     int64_t n_in, float* scale);
 // kHalf's split scratch of a stream (matmul_prepare / matmul_release call these).
 Status half_prepare(cudaStream_t stream);
 void half_release(cudaStream_t stream);
@@ -161,7 +174,6 @@ void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t 
 // bits; dim a multiple of 32). h null: out = rms_norm(x) * w, x unchanged; else x += h first.
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                  float eps, const Q8Out& q, cudaStream_t stream);
-enum class GatedAct { kSilu, kGeluTanh };
 // gate = act(gate) * up over [n_rows, width] (width a multiple of 32), and its int8 copy.
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
                   const Q8Out& q, cudaStream_t stream);

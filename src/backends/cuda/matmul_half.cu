@@ -39,6 +39,7 @@
 #include <thread>
 #include <vector>
 
+#include "backends/cuda/act.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
@@ -186,6 +187,12 @@ struct HalfGroup {
   int n_in = 0, n_rows = 0, splits = 1;
   float* partial = nullptr;  // [tile][split][NT * 4 * 32]
   int* counts = nullptr;     // [tile]
+  // MatmulParams::gated: one part, its tiles 8 gate rows and 8 up rows; act(gate) * up goes to
+  // y [n_rows, n_out / 2] and, as fp16, to gated_h (rows from row0).
+  bool gated = false;
+  GatedAct act = GatedAct::kSilu;
+  uint16_t* gated_h = nullptr;
+  int64_t row0 = 0;
 };
 
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
@@ -211,6 +218,58 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
   }
 }
 
+// The sums of one tile over the super-blocks first, first + stride, ... of its matrix.
+template <class F, int NT>
+__device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
+                                          int64_t nt_stride, int first, int stride, int lane,
+                                          float (&acc)[NT][4]) {
+  int sb = first;
+  typename F::Regs cur, nxt;
+  // Weights are never another kernel's output: the first chunk loads before the wait.
+  if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
+  pdl_enter();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  // One chunk loads while the one before it computes. (Two register sets taken in turn, without
+  // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
+  // 2.87, with 26% fewer instructions; not understood.)
+  for (; sb < n_sb; sb += stride) {
+    const int next = sb + stride;
+    if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+    chunk_steps<F, NT>(cur, xs + sb * 256, nt_stride, acc);
+    cur = nxt;
+  }
+}
+
+// Adds the sums of warps lead + 1 .. lead + W - 1 into warp lead's (lead = warp - warp % W), in
+// warp order, one n tile at a time. Every warp of the block takes part (barriers).
+template <int NT>
+__device__ __forceinline__ void add_warps(float (&acc)[NT][4], float (*red)[4][32], int warp,
+                                          int lane, int W) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+    if (warp % W != 0) {
+#pragma unroll
+      for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[nt][i];
+    }
+    __syncthreads();
+    if (warp % W == 0) {
+      for (int w = 1; w < W; ++w) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], red[warp + w][i][lane]);
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// A tile's output o of activation row col: the fp32 sum scaled, plus the bias.
+__device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
+  float v = __fmul_rn(sum, m.scale);
+  if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
+  return v;
+}
+
 // grid (tiles of the group, splits); blockDim.x / 32 warps.
 template <class F, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
@@ -222,41 +281,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int tile = blockIdx.x - grp.first[part];
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
-  const int stride = W * n_split;
-  int sb = ks * W + warp;
-  typename F::Regs cur, nxt;
-  // Weights are never another kernel's output: the first chunk loads before the wait.
-  if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
-  pdl_enter();
   float acc[NT][4];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  // One chunk loads while the one before it computes. (Two register sets taken in turn, without
-  // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
-  // 2.87, with 26% fewer instructions; not understood.)
-  for (; sb < n_sb; sb += stride) {
-    const int next = sb + stride;
-    if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-    chunk_steps<F, NT>(cur, grp.x + lane + sb * 256, static_cast<int64_t>(n_k2) * 32, acc);
-    cur = nxt;
-  }
-  // The warps' sums added in warp order, one n tile at a time.
+  tile_sums<F, NT>(base, n_sb, grp.x + lane, static_cast<int64_t>(n_k2) * 32, ks * W + warp,
+                   W * n_split, lane, acc);
   __shared__ float red[kMaxWarps][4][32];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-    if (warp > 0) {
-#pragma unroll
-      for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[nt][i];
-    }
-    __syncthreads();
-    if (warp == 0) {
-      for (int w = 1; w < W; ++w) {
-#pragma unroll
-        for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], red[w][i][lane]);
-      }
-    }
-    __syncthreads();
-  }
+  add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
   if (n_split > 1) {
     const int gtile = blockIdx.x;
@@ -288,15 +317,32 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
     if (lane == 0) grp.counts[gtile] = 0;
   }
   const int g = lane / 4, t = lane % 4;
+  if (grp.gated) {
+    // The lane holds gate (fragment rows g) and up (rows g + 8) of one output for two columns:
+    // the product needs no other lane, block or launch.
+    const int n_ff = m.n_out / 2, o = tile * 8 + g;
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        const int col = 8 * nt + 2 * t + i;
+        if (col >= grp.n_rows || o >= n_ff) continue;
+        const float gv = __fmul_rn(acc[nt][i], m.scale), uv = __fmul_rn(acc[nt][i + 2], m.scale);
+        const float v = grp.act == GatedAct::kSilu ? silu_times(gv, uv) : gelu_tanh_times(gv, uv);
+        m.y[static_cast<int64_t>(col) * n_ff + o] = v;
+        grp.gated_h[half_frag_index(grp.row0 + col, o, n_ff)] =
+            __half_as_ushort(__float2half_rn(v));
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
       const int o = tile * 16 + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
       if (col < grp.n_rows && o < m.n_out) {
-        float v = __fmul_rn(acc[nt][i], m.scale);
-        if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
-        m.y[static_cast<int64_t>(col) * m.n_out + o] = v;
+        m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o);
       }
     }
   }
@@ -557,6 +603,23 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
   return out;
 }
 
+bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in) {
+  return half_supported(type, 2 * n_ff, n_in) && n_ff % 32 == 0;
+}
+
+std::vector<uint8_t> pack_half_gated(DType type, const void* gate, const void* up, int64_t n_ff,
+                                     int64_t n_in, float* scale) {
+  SALVO_CHECK(half_gated_supported(type, n_ff, n_in));
+  const size_t rb = static_cast<size_t>(n_in / 256) * block_bytes(type);
+  std::vector<uint8_t> rows(2 * n_ff * rb);
+  for (int64_t r = 0; r < n_ff; ++r) {  // tile t: gate rows 8t..8t+7, then up's
+    const int64_t at = 16 * (r / 8) + r % 8;
+    std::memcpy(&rows[at * rb], static_cast<const uint8_t*>(gate) + r * rb, rb);
+    std::memcpy(&rows[(at + 8) * rb], static_cast<const uint8_t*>(up) + r * rb, rb);
+  }
+  return pack_half_weights(type, rows.data(), 2 * n_ff, n_in, scale);
+}
+
 void half_frags(const float* x, int64_t n_rows, int64_t n_in, uint16_t* h, cudaStream_t stream) {
   SALVO_CHECK(n_in % 32 == 0);
   const int64_t n = (n_rows + 7) / 8 * 8 * n_in;
@@ -598,6 +661,13 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     total_out += static_cast<int>(q.n_out);
   }
   if (p.n_rows == 0) return;
+  if (p.gated) {
+    SALVO_CHECK(n_parts == 1 && p.gated_h != nullptr && p.bias == nullptr &&
+                half_gated_supported(p.type, p.n_out / 2, p.n_in));
+    grp.gated = true;
+    grp.act = p.gated_act;
+    grp.gated_h = p.gated_h;
+  }
   const int tiles = grp.first[n_parts];
   const Shape sh = shape_of(tiles, static_cast<int>(p.n_in), total_out);
   grp.n_in = static_cast<int>(p.n_in);
@@ -622,7 +692,11 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     HalfGroup piece = grp;
     piece.x = reinterpret_cast<const uint4*>(p.xq.h) + (r0 / 8) * tile_uint4;
     piece.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
-    for (int i = 0; i < n_parts; ++i) piece.m[i].y = parts[i].y + r0 * parts[i].n_out;
+    piece.row0 = r0;
+    const int64_t y_width = p.gated ? p.n_out / 2 : 0;
+    for (int i = 0; i < n_parts; ++i) {
+      piece.m[i].y = parts[i].y + r0 * (p.gated ? y_width : parts[i].n_out);
+    }
     if (p.type == DType::kQ4_K) {
       launch_rows<FmtQ4K>(piece, sh.warps, stream);
     } else {

@@ -4,6 +4,7 @@
 
 #include <cfloat>
 
+#include "backends/cuda/act.cuh"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
@@ -155,14 +156,6 @@ __global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
   const float* v = p.v + static_cast<int64_t>(r) * p.kv.v_width + kh * vw;
   for (int d = threadIdx.x; d < vw; d += blockDim.x)
     p.kv.v[slot * p.kv.v_width + kh * vw + d] = v[d];
-}
-
-__device__ __forceinline__ float silu_times(float g, float u) { return g / (1.0f + expf(-g)) * u; }
-
-__device__ __forceinline__ float gelu_tanh_times(float g, float u) {
-  constexpr float kSqrt2OverPi = 0.7978845608028654f;
-  constexpr float kCoef = 0.044715f;
-  return 0.5f * g * (1.0f + tanhf(kSqrt2OverPi * g * (1.0f + kCoef * g * g))) * u;
 }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
