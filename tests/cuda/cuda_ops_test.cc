@@ -670,6 +670,128 @@ TEST_F(CudaOps, GatedMatmulGivesTheUnfusedBits) {
   }
 }
 
+// Q/K/V whose kHalf epilogues apply RoPE and store K/V (HalfRole, Q's and K's rows in
+// rope_row_order) against the plain launches followed by rope_store_kv: the same q and cache
+// bits, both RoPE modes, full and partial rotation, two head sizes, Q/K and V of one type or
+// two (two launches), rows of two sequences; 9 and 70 rows (64-row pieces) take the deferred
+// form (RopeEpilogue::rotate false, then rope_store_kv).
+TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
+  const int64_t n_in = 512;
+  const int n_head = 4, n_head_kv = 2, capacity = 64;
+  for (int head_dim : {64, 128}) {
+    for (int n_rot : {head_dim, 48}) {
+      for (RopeMode mode : {RopeMode::kRopeNorm, RopeMode::kRopeNeox}) {
+        for (DType vtype : {DType::kQ6_K, DType::kQ4_K}) {
+          for (int rows : {1, 8, 9, 70}) {
+            SCOPED_TRACE("head " + std::to_string(head_dim) + " rot " + std::to_string(n_rot) +
+                         (mode == RopeMode::kRopeNeox ? " neox " : " norm ") +
+                         std::string(traits(vtype).name) + " " + std::to_string(rows));
+            const bool neox = mode == RopeMode::kRopeNeox;
+            const int qw = n_head * head_dim, kw = n_head_kv * head_dim;
+            const DType types[3] = {DType::kQ4_K, DType::kQ4_K, vtype};
+            const int64_t outs[3] = {qw, kw, kw};
+            std::vector<int32_t> seq(rows), pos(rows);
+            for (int r = 0; r < rows; ++r) seq[r] = r % 2, pos[r] = 5 + r / 2;
+            Dev<int32_t> dseq(seq), dpos(pos), dslot(pos);
+            const cuda::BatchView bv{
+                .n_rows = rows, .seq = dseq.ptr, .pos = dpos.ptr, .slot = dslot.ptr};
+            Dev<float> dx(random_floats(rows * n_in, 80, 2.0f));
+            Dev<uint16_t> dh(frag_halves(rows, n_in));
+            cuda::half_frags(dx.ptr, rows, n_in, dh.ptr, nullptr);
+            const std::vector<float> zero_cache(2 * capacity * kw, 0.0f);
+            Dev<float> kc1(zero_cache), vc1(zero_cache), kc2(zero_cache), vc2(zero_cache);
+            const cuda::KvLayerView kv1{kc1.ptr, vc1.ptr, capacity, kw, kw};
+            const cuda::KvLayerView kv2{kc2.ptr, vc2.ptr, capacity, kw, kw};
+            std::vector<Dev<uint8_t>*> plain_w, rope_w;
+            std::vector<Dev<float>*> ys, biases, rope_biases;
+            Dev<float> q2(rows * qw), k2(rows * kw), v2(rows * kw);
+            cuda::MatmulParams plain[3], fused[3];
+            const cuda::HalfRole roles[3] = {cuda::HalfRole::kRopeQ, cuda::HalfRole::kRopeK,
+                                             cuda::HalfRole::kStoreV};
+            float* fused_y[3] = {q2.ptr, k2.ptr, v2.ptr};
+            const cuda::RopeEpilogue re{.batch = bv,
+                                        .kv = kv2,
+                                        .head_dim = head_dim,
+                                        .n_rot = n_rot,
+                                        .theta_scale = powf(1e4f, -2.0f / n_rot),
+                                        .neox = neox,
+                                        .rotate = cuda::rope_in_epilogue(rows)};
+            for (int i = 0; i < 3; ++i) {
+              const auto w = random_weights(types[i], outs[i], n_in, 81 + i);
+              const auto bias = random_floats(outs[i], 84 + i, 0.5f);
+              std::vector<uint8_t> wp = w;
+              std::vector<float> bp = bias;
+              if (i < 2) {
+                const auto order =
+                    cuda::rope_row_order(i == 0 ? n_head : n_head_kv, head_dim, n_rot, neox);
+                const size_t rb = row_bytes(types[i], n_in);
+                for (size_t r = 0; r < order.size(); ++r) {
+                  std::memcpy(&wp[r * rb], &w[order[r] * rb], rb);
+                  bp[r] = bias[order[r]];
+                }
+              }
+              float s1 = 0.0f, s2 = 0.0f;
+              plain_w.push_back(new Dev<uint8_t>(
+                  cuda::pack_half_weights(types[i], w.data(), outs[i], n_in, &s1)));
+              rope_w.push_back(new Dev<uint8_t>(
+                  cuda::pack_half_weights(types[i], wp.data(), outs[i], n_in, &s2)));
+              ys.push_back(new Dev<float>(rows * outs[i]));
+              biases.push_back(new Dev<float>(bias));
+              rope_biases.push_back(new Dev<float>(bp));
+              plain[i] = {.type = types[i],
+                          .w = plain_w[i]->ptr,
+                          .n_out = outs[i],
+                          .n_in = n_in,
+                          .x = dx.ptr,
+                          .n_rows = rows,
+                          .y = ys[i]->ptr,
+                          .bias = biases[i]->ptr,
+                          .variant = cuda::MatmulVariant::kHalf,
+                          .xq = {.h = dh.ptr},
+                          .half_scale = s1};
+              fused[i] = plain[i];
+              fused[i].w = rope_w[i]->ptr;
+              fused[i].bias = rope_biases[i]->ptr;
+              fused[i].half_scale = s2;
+              fused[i].y = fused_y[i];
+              fused[i].role = roles[i];
+              fused[i].rope = re;
+            }
+            const int n_first = vtype == DType::kQ4_K ? 3 : 2;  // one launch or two
+            auto rope_store = [&](const cuda::KvLayerView& kv, float* q, float* k, float* v) {
+              cuda::rope_store_kv({.batch = bv,
+                                   .kv = kv,
+                                   .q = q,
+                                   .k = k,
+                                   .v = v,
+                                   .n_head = n_head,
+                                   .n_head_kv = n_head_kv,
+                                   .head_dim = head_dim,
+                                   .n_rot = n_rot,
+                                   .base = 1e4f,
+                                   .mode = mode},
+                                  nullptr);
+            };
+            cuda::matmul_group(plain, n_first, nullptr);
+            if (n_first == 2) cuda::matmul(plain[2], nullptr);
+            rope_store(kv1, ys[0]->ptr, ys[1]->ptr, ys[2]->ptr);
+            cuda::matmul_group(fused, n_first, nullptr);
+            if (n_first == 2) cuda::matmul(fused[2], nullptr);
+            if (!re.rotate) rope_store(kv2, q2.ptr, k2.ptr, v2.ptr);
+            EXPECT_EQ(q2.host(), ys[0]->host());
+            EXPECT_EQ(kc2.host(), kc1.host());
+            EXPECT_EQ(vc2.host(), vc1.host());
+            for (int i = 0; i < 3; ++i) {
+              delete plain_w[i], delete rope_w[i], delete ys[i], delete biases[i],
+                  delete rope_biases[i];
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 // tile_weights()' layout gives the row-major layout's bits, for every kernel the integer
 // variants pick (dp4a up to 8 rows for kQ8, mma beyond, split k on the long shape, a partial
 // 32-row tile at 40 outputs, 64-row pieces at 100 rows) and in a group launch.

@@ -10,6 +10,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -118,9 +119,39 @@ bool half_head_enabled() {
   return on;
 }
 
+// Q/K/V apply RoPE and store K/V in their own launch (HalfRole) unless SALVO_CUDA_FUSED_ROPE=0.
+bool rope_fusion_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_CUDA_FUSED_ROPE");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
+// The rows of w (and its bias) in rope_row_order's order: the host copies that upload reads.
+struct PermutedRows {
+  std::vector<uint8_t> data;
+  std::vector<float> bias;
+  WeightView view;
+};
+PermutedRows permute_rows(const WeightView& w, const float* bias, const std::vector<int>& order) {
+  PermutedRows out;
+  const size_t rb = row_bytes(w.type, w.n_in);
+  out.data.resize(rb * order.size());
+  for (size_t r = 0; r < order.size(); ++r) {
+    std::memcpy(&out.data[r * rb], static_cast<const uint8_t*>(w.data) + order[r] * rb, rb);
+  }
+  if (bias != nullptr) {
+    for (int src : order) out.bias.push_back(bias[src]);
+  }
+  out.view = {.type = w.type, .data = out.data.data(), .n_out = w.n_out, .n_in = w.n_in};
+  return out;
+}
+
 struct DeviceLayer {
   const float* attn_norm = nullptr;
   DeviceLinear wq, wk, wv, wo;
+  bool rope_fused = false;  // wq's and wk's rows in rope_row_order, HalfRole epilogues
   const float* ffn_norm = nullptr;
   DeviceGatedFfn ffn;
   DeviceLinear ffn_down;
@@ -393,8 +424,25 @@ class CudaModel : public Model {
     for (const LlamaLayer& l : cpu.layers()) {
       DeviceLayer& d = layers_.emplace_back();
       SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, c.n_embd, &d.attn_norm));
-      SALVO_RETURN_IF_ERROR(upload_matrix(l.wq.weight, l.wq.bias, &d.wq));
-      SALVO_RETURN_IF_ERROR(upload_matrix(l.wk.weight, l.wk.bias, &d.wk));
+      const bool neox = c.rope_mode == RopeMode::kRopeNeox;
+      d.rope_fused = rope_fusion_enabled() && half_enabled() &&
+                     rope_rows_supported(c.head_dim, c.n_rot) &&
+                     half_supported(l.wq.weight.type, l.wq.weight.n_out, l.wq.weight.n_in) &&
+                     half_supported(l.wk.weight.type, l.wk.weight.n_out, l.wk.weight.n_in) &&
+                     half_supported(l.wv.weight.type, l.wv.weight.n_out, l.wv.weight.n_in);
+      if (d.rope_fused) {
+        const PermutedRows q = permute_rows(l.wq.weight, l.wq.bias,
+                                            rope_row_order(c.n_head, c.head_dim, c.n_rot, neox));
+        const PermutedRows k = permute_rows(l.wk.weight, l.wk.bias,
+                                            rope_row_order(c.n_head_kv, c.head_dim, c.n_rot, neox));
+        SALVO_RETURN_IF_ERROR(
+            upload_matrix(q.view, q.bias.empty() ? nullptr : q.bias.data(), &d.wq));
+        SALVO_RETURN_IF_ERROR(
+            upload_matrix(k.view, k.bias.empty() ? nullptr : k.bias.data(), &d.wk));
+      } else {
+        SALVO_RETURN_IF_ERROR(upload_matrix(l.wq.weight, l.wq.bias, &d.wq));
+        SALVO_RETURN_IF_ERROR(upload_matrix(l.wk.weight, l.wk.bias, &d.wk));
+      }
       SALVO_RETURN_IF_ERROR(upload_matrix(l.wv.weight, l.wv.bias, &d.wv));
       SALVO_RETURN_IF_ERROR(upload_matrix(l.wo.weight, l.wo.bias, &d.wo));
       SALVO_RETURN_IF_ERROR(upload_vector(l.ffn_norm, c.n_embd, &d.ffn_norm));
@@ -584,8 +632,26 @@ class CudaModel : public Model {
       if (runs("norm")) {
         rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
       }
-      if (runs("qkv")) linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n);
-      if (runs("rope")) {
+      if (l.rope_fused) {
+        // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
+        // passes get Q and K in the heads' order for rope_store_kv).
+        const RopeEpilogue re{.batch = bv,
+                              .kv = kvl,
+                              .head_dim = c.head_dim,
+                              .n_rot = c.n_rot,
+                              .theta_scale = powf(c.rope_base, -2.0f / static_cast<float>(c.n_rot)),
+                              .neox = c.rope_mode == RopeMode::kRopeNeox,
+                              .rotate = rope_in_epilogue(n)};
+        if (runs("qkv")) {
+          rope_linears({{&l.wq, q, HalfRole::kRopeQ},
+                        {&l.wk, k, HalfRole::kRopeK},
+                        {&l.wv, v, HalfRole::kStoreV}},
+                       h, as_rows(hq), n, re, stream_);
+        }
+      } else if (runs("qkv")) {
+        linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n);
+      }
+      if ((!l.rope_fused || !rope_in_epilogue(n)) && runs("rope")) {
         rope_store_kv({.batch = bv,
                        .kv = kvl,
                        .q = q,

@@ -93,27 +93,36 @@ inline Q8Out q8_for_ffn(const Q8Buffer& xq, int n, const DeviceGatedFfn& f) {
 }
 inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride, q.h}; }
 
-// Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
-// already wrote to xq, in as few launches as their types allow: consecutive ones of one type
+// Matmuls over one input in as few launches as their types allow: consecutive ones of one type
 // share a launch (Q/K/V, gate/up).
+inline void matmul_runs(MatmulParams* parts, int n, cudaStream_t stream) {
+  int start = 0;
+  for (int i = 1; i <= n; ++i) {
+    if (i == n || parts[i].type != parts[start].type) {
+      matmul_group(parts + start, i - start, stream);
+      start = i;
+    }
+  }
+}
+inline MatmulParams linear_call(const DeviceLinear& l, const float* x, const Q8Rows& xq, int n,
+                                float* y) {
+  MatmulParams p = l.shape;
+  p.x = x;
+  p.xq = xq;
+  p.n_rows = n;
+  p.y = y;
+  return p;
+}
+
+// Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
+// already wrote to xq (at most three), in as few launches as their types allow.
 inline void linears(std::initializer_list<std::pair<const DeviceLinear*, float*>> outs,
                     const float* x, const Q8Rows& xq, int n, cudaStream_t stream) {
+  SALVO_CHECK(outs.size() <= 3);
   MatmulParams parts[3];
   int count = 0;
-  auto flush = [&] {
-    if (count > 0) matmul_group(parts, count, stream);
-    count = 0;
-  };
-  for (const auto& [l, y] : outs) {
-    if (count == 3 || (count > 0 && parts[0].type != l->shape.type)) flush();
-    MatmulParams& p = parts[count++];
-    p = l->shape;
-    p.x = x;
-    p.xq = xq;
-    p.n_rows = n;
-    p.y = y;
-  }
-  flush();
+  for (const auto& [l, y] : outs) parts[count++] = linear_call(*l, x, xq, n, y);
+  matmul_runs(parts, count, stream);
 }
 
 // gate = act(x gate^T) * (x up^T) [n, n_ff] with its int8 / fp16 form (out) for the down
@@ -137,6 +146,27 @@ inline void gated_ffn(GatedAct act, const DeviceGatedFfn& f, float* g, float* u,
   }
   linears({{&f.gate, g}, {&f.up, u}}, x, xq, n, stream);
   gated_act_q8(act, g, u, n, n_ff, out, stream);
+}
+
+// Q/K/V whose kHalf epilogues apply RoPE and store K/V (HalfRole; Q's and K's rows in
+// rope_row_order), in as few launches as their types allow, like linears.
+struct RopeLinear {
+  const DeviceLinear* l;
+  float* y;
+  HalfRole role;
+};
+inline void rope_linears(std::initializer_list<RopeLinear> outs, const float* x, const Q8Rows& xq,
+                         int n, const RopeEpilogue& re, cudaStream_t stream) {
+  SALVO_CHECK(outs.size() <= 3);
+  MatmulParams parts[3];
+  int count = 0;
+  for (const RopeLinear& o : outs) {
+    MatmulParams& p = parts[count++];
+    p = linear_call(*o.l, x, xq, n, o.y);
+    p.role = o.role;
+    p.rope = re;
+  }
+  matmul_runs(parts, count, stream);
 }
 
 // The device copies of one model's weights, uploaded once in their GGUF formats.

@@ -87,6 +87,53 @@ MatmulVariant variant_of(const MatmulParams& p);
 // The variant a kAuto call uses for this type (SALVO_CUDA_MATMUL, else the default table).
 MatmulVariant resolve_variant(MatmulVariant requested, DType type);
 
+// The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
+// committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].
+struct BatchView {
+  int n_rows = 0;
+  const int32_t* seq = nullptr;
+  const int32_t* pos = nullptr;
+  const int32_t* slot = nullptr;  // cache slot of the row's K/V (behind the committed ones)
+  const int32_t* subtree_end = nullptr;
+  const int32_t* committed = nullptr;  // [n_seq] committed rows per sequence
+  // [n_rows] committed rows of each row's sequence (committed[seq[r]]), or null: one dependent
+  // load less at the start of the attention kernel.
+  const int32_t* row_committed = nullptr;
+};
+
+// One layer of the device KV cache: [n_seq][capacity][width] floats for K and for V.
+struct KvLayerView {
+  float* k = nullptr;
+  float* v = nullptr;
+  int capacity = 0, k_width = 0, v_width = 0;
+};
+
+// A kHalf matmul of Q, K or V that applies RoPE and stores K / V in the cache itself
+// (MatmulParams::role; Q's and K's rows packed by rope_row_order): the bits of the plain launch
+// followed by rope_store_kv.
+enum class HalfRole : int { kPlain, kRopeQ, kRopeK, kStoreV };
+struct RopeEpilogue {
+  BatchView batch;  // the launch's rows
+  KvLayerView kv;
+  int head_dim = 0, n_rot = 0;
+  float theta_scale = 1.0f;  // base^(-2 / n_rot), as rope_store_kv computes it
+  bool neox = false;
+  // false: Q and K go to y in the heads' order unrotated and V to y, for rope_store_kv (wider
+  // launches: one lane rotating 2 NT pairs in turn cost more than the separate kernel).
+  bool rotate = true;
+};
+// Whether a launch of n rows rotates and stores in its epilogue (RopeEpilogue::rotate). Session
+// 30 on the H200, random 1.5B, plain / fused launches: 1 row 1.277 / 1.260 ms, 8 rows 1.408 /
+// 1.402, 16 rows 1.741 / 1.750, 64 rows 4.58 / 4.91.
+inline bool rope_in_epilogue(int64_t n_rows) { return n_rows <= 8; }
+// For the rows of a Q or K matrix (n_heads heads of head_dim rows) in the order the kHalf
+// epilogue of kRopeQ / kRopeK wants: each 16-row tile of a head holds the first elements of 8
+// rotation pairs in rows 0-7 and their partners in rows 8-15 (pairs past n_rot: consecutive
+// elements, not rotated), so an mma lane holds both halves of its pairs. order[r] = the source
+// row of row r. Needs head_dim % 16 == 0 and an even n_rot <= head_dim.
+bool rope_rows_supported(int head_dim, int n_rot);
+std::vector<int> rope_row_order(int n_heads, int head_dim, int n_rot, bool neox);
+
 struct MatmulParams {
   DType type = DType::kF32;
   const void* w = nullptr;  // [n_out rows of row_bytes(type, n_in)]
@@ -109,6 +156,9 @@ struct MatmulParams {
   bool gated = false;
   GatedAct gated_act = GatedAct::kSilu;
   uint16_t* gated_h = nullptr;
+  // kHalf: what the epilogue does with the sums (HalfRole); rope: its batch, cache and RoPE.
+  HalfRole role = HalfRole::kPlain;
+  RopeEpilogue rope = {};
 };
 
 // The tiled weight layout of the integer variants, for the block-quantized types with one
@@ -206,27 +256,6 @@ void argmax(const float* logits, int64_t n_rows, int n_vocab, int32_t* out, void
 size_t top_logits_scratch_bytes(int64_t n_rows, int n_vocab, int k);
 void top_logits(const float* logits, int64_t n_rows, int n_vocab, int k, int32_t* ids,
                 float* values, void* scratch, size_t scratch_bytes, cudaStream_t stream);
-
-// The batch as the attention kernels see it (device arrays of n_rows entries, n_seq for
-// committed). Row k is visible to row q of the same sequence iff k <= q <= subtree_end[k].
-struct BatchView {
-  int n_rows = 0;
-  const int32_t* seq = nullptr;
-  const int32_t* pos = nullptr;
-  const int32_t* slot = nullptr;  // cache slot of the row's K/V (behind the committed ones)
-  const int32_t* subtree_end = nullptr;
-  const int32_t* committed = nullptr;  // [n_seq] committed rows per sequence
-  // [n_rows] committed rows of each row's sequence (committed[seq[r]]), or null: one dependent
-  // load less at the start of the attention kernel.
-  const int32_t* row_committed = nullptr;
-};
-
-// One layer of the device KV cache: [n_seq][capacity][width] floats for K and for V.
-struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
-  int capacity = 0, k_width = 0, v_width = 0;
-};
 
 // Writes the batch rows' K ([n_rows, k_width]) and V into their slots.
 void store_kv(const BatchView& batch, const KvLayerView& kv, const float* k, const float* v,

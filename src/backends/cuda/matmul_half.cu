@@ -44,6 +44,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/rope.cuh"
 #include "quant/fp16.h"
 
 namespace salvo::cuda {
@@ -177,7 +178,21 @@ struct HalfPart {
   const float* bias = nullptr;
   float scale = 1.0f;
   int n_out = 0;
+  HalfRole role = HalfRole::kPlain;
 };
+
+// The elements (a, b) of rotation pair p of a head (rope_row_order): pairs below n_rot / 2
+// rotate (NEOX: i and i + n_rot / 2; else 2i and 2i + 1), the rest are consecutive elements.
+__host__ __device__ inline void rope_pair_dims(int p, int n_rot, bool neox, int& a, int& b) {
+  const int half = n_rot / 2;
+  if (p < half) {
+    a = neox ? p : 2 * p;
+    b = neox ? p + half : 2 * p + 1;
+  } else {
+    a = n_rot + 2 * (p - half);
+    b = a + 1;
+  }
+}
 
 struct HalfGroup {
   HalfPart m[kMaxParts];
@@ -193,7 +208,51 @@ struct HalfGroup {
   GatedAct act = GatedAct::kSilu;
   uint16_t* gated_h = nullptr;
   int64_t row0 = 0;
+  RopeEpilogue rope;  // the parts whose role is not kPlain
 };
+
+// The end of a kRopeQ / kRopeK / kStoreV tile: lane (g, t) holds rows g and g + 8 of the tile
+// for columns 8 nt + 2 t + {0, 1}. Q and K tiles hold rotation pairs (rope_row_order), so the
+// lane rotates its own pairs; Q goes to y in the heads' own order, K and V to the cache slots
+// (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
+template <int NT>
+__device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
+                                                int lane, const float (&acc)[NT][4]) {
+  const RopeEpilogue& re = grp.rope;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
+  float* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = 8 * nt + 2 * t + i;
+      if (col >= grp.n_rows) continue;
+      const int64_t r = grp.row0 + col;
+      const int o0 = tile * 16 + g, o1 = o0 + 8;
+      float* dst = m.role == HalfRole::kRopeQ || !re.rotate
+                       ? m.y + static_cast<int64_t>(col) * m.n_out
+                       : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
+                                  re.batch.slot[r]) *
+                                     row_width;
+      const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
+      if (m.role == HalfRole::kStoreV) {
+        dst[o0] = x0;
+        dst[o1] = x1;
+        continue;
+      }
+      const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
+      int a, b;
+      rope_pair_dims(p, re.n_rot, re.neox, a, b);
+      float y0 = x0, y1 = x1;
+      if (p < re.n_rot / 2 && re.rotate) {
+        rope_rotate(x0, x1, p, static_cast<float>(re.batch.pos[r]), re.theta_scale, y0, y1);
+      }
+      dst[head * re.head_dim + a] = y0;
+      dst[head * re.head_dim + b] = y1;
+    }
+  }
+}
 
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
 // xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
@@ -315,6 +374,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
       }
     }
     if (lane == 0) grp.counts[gtile] = 0;
+  }
+  if (m.role != HalfRole::kPlain && (m.role != HalfRole::kStoreV || grp.rope.rotate)) {
+    return rope_store_tile<NT>(grp, m, tile, lane, acc);
   }
   const int g = lane / 4, t = lane % 4;
   if (grp.gated) {
@@ -620,6 +682,23 @@ std::vector<uint8_t> pack_half_gated(DType type, const void* gate, const void* u
   return pack_half_weights(type, rows.data(), 2 * n_ff, n_in, scale);
 }
 
+bool rope_rows_supported(int head_dim, int n_rot) {
+  return head_dim > 0 && head_dim % 16 == 0 && n_rot >= 0 && n_rot % 2 == 0 && n_rot <= head_dim;
+}
+
+std::vector<int> rope_row_order(int n_heads, int head_dim, int n_rot, bool neox) {
+  SALVO_CHECK(rope_rows_supported(head_dim, n_rot));
+  std::vector<int> order(static_cast<size_t>(n_heads) * head_dim);
+  for (int h = 0; h < n_heads; ++h) {
+    for (int row = 0; row < head_dim; ++row) {
+      int a, b;
+      rope_pair_dims(8 * (row / 16) + row % 8, n_rot, neox, a, b);
+      order[h * head_dim + row] = h * head_dim + (row % 16 < 8 ? a : b);
+    }
+  }
+  return order;
+}
+
 void half_frags(const float* x, int64_t n_rows, int64_t n_in, uint16_t* h, cudaStream_t stream) {
   SALVO_CHECK(n_in % 32 == 0);
   const int64_t n = (n_rows + 7) / 8 * 8 * n_in;
@@ -655,8 +734,12 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     SALVO_CHECK(q.variant == MatmulVariant::kHalf && half_supported(q.type, q.n_out, q.n_in));
     SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
     SALVO_CHECK(q.xq.h != nullptr);
-    grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y, q.bias, q.half_scale,
-                static_cast<int>(q.n_out)};
+    grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y,   q.bias, q.half_scale,
+                static_cast<int>(q.n_out),        q.role};
+    if (q.role != HalfRole::kPlain) {
+      SALVO_CHECK(q.rope.batch.n_rows == p.n_rows && q.n_out % 16 == 0);
+      grp.rope = q.rope;
+    }
     grp.first[i + 1] = grp.first[i] + static_cast<int>((q.n_out + 15) / 16);
     total_out += static_cast<int>(q.n_out);
   }

@@ -9,6 +9,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/q8.cuh"
+#include "backends/cuda/rope.cuh"
 #include "util/check.h"
 
 namespace salvo::cuda {
@@ -106,16 +107,9 @@ void launch_norm(float* x, const float* h, const float* w, float* out, int64_t n
 // Rotates pair i of one head (v: the head's head_dim values) at position pos.
 __device__ __forceinline__ void rope_pair(float* v, int i, int half, float pos, float theta_scale,
                                           bool neox) {
-  // theta_i = pos * theta_scale^i by repeated multiplication, as the CPU (and ggml) does.
-  float theta = pos;
-  for (int k = 0; k < i; ++k) theta *= theta_scale;
-  float s, c;
-  sincosf(theta, &s, &c);
   const int a = neox ? i : 2 * i;
   const int b = neox ? i + half : 2 * i + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = x0 * c - x1 * s;
-  v[b] = x0 * s + x1 * c;
+  rope_rotate(v[a], v[b], i, pos, theta_scale, v[a], v[b]);
 }
 
 // One thread per (row, head, rotated pair).
