@@ -713,7 +713,7 @@ TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
                                         .kv = kv2,
                                         .head_dim = head_dim,
                                         .n_rot = n_rot,
-                                        .theta_scale = powf(1e4f, -2.0f / n_rot),
+                                        .theta_scale = cuda::rope_theta_scale(1e4f, n_rot),
                                         .neox = neox,
                                         .rotate = cuda::rope_in_epilogue(rows)};
             for (int i = 0; i < 3; ++i) {

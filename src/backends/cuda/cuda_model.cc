@@ -47,12 +47,15 @@ Status DeviceWeights::upload_vector(const float* host, int64_t n, const float** 
 }
 
 namespace {
+// An A/B switch that is on unless the variable is set to 0.
+bool env_on(const char* name) {
+  const char* v = std::getenv(name);
+  return v == nullptr || std::atoi(v) != 0;
+}
+
 // SALVO_CUDA_TILED=0 keeps every matrix row-major (for A/B runs of the tiled layout).
 bool tiling_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_CUDA_TILED");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_CUDA_TILED");
   return on;
 }
 }  // namespace
@@ -89,10 +92,7 @@ Status DeviceWeights::upload_matrix(const WeightView& w, const float* bias, Devi
 
 Status DeviceWeights::upload_gated(const WeightView& gate, const WeightView& up, bool down_half,
                                    DeviceGatedFfn* out) {
-  static const bool fuse = [] {
-    const char* v = std::getenv("SALVO_CUDA_FUSED_ACT");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool fuse = env_on("SALVO_CUDA_FUSED_ACT");
   if (!fuse || !down_half || !half_enabled() || gate.type != up.type || gate.n_out != up.n_out ||
       gate.n_in != up.n_in || !half_gated_supported(gate.type, gate.n_out, gate.n_in)) {
     SALVO_RETURN_IF_ERROR(upload_matrix(gate, nullptr, &out->gate, true));
@@ -112,19 +112,13 @@ Status DeviceWeights::upload_gated(const WeightView& gate, const WeightView& up,
 namespace {
 
 bool half_head_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_CUDA_HALF_HEAD");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_CUDA_HALF_HEAD");
   return on;
 }
 
 // Q/K/V apply RoPE and store K/V in their own launch (HalfRole) unless SALVO_CUDA_FUSED_ROPE=0.
 bool rope_fusion_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_CUDA_FUSED_ROPE");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_CUDA_FUSED_ROPE");
   return on;
 }
 
@@ -421,20 +415,23 @@ class CudaModel : public Model {
     if (half_head_enabled() && half_enabled() && half_supported(o.type, o.n_out, o.n_in)) {
       SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_half_, true));
     }
+    const bool rope_rows =
+        rope_fusion_enabled() && half_enabled() && rope_rows_supported(c.head_dim, c.n_rot);
+    const bool neox = c.rope_mode == RopeMode::kRopeNeox;
+    const std::vector<int> q_order =
+        rope_rows ? rope_row_order(c.n_head, c.head_dim, c.n_rot, neox) : std::vector<int>{};
+    const std::vector<int> k_order =
+        rope_rows ? rope_row_order(c.n_head_kv, c.head_dim, c.n_rot, neox) : std::vector<int>{};
     for (const LlamaLayer& l : cpu.layers()) {
       DeviceLayer& d = layers_.emplace_back();
       SALVO_RETURN_IF_ERROR(upload_vector(l.attn_norm, c.n_embd, &d.attn_norm));
-      const bool neox = c.rope_mode == RopeMode::kRopeNeox;
-      d.rope_fused = rope_fusion_enabled() && half_enabled() &&
-                     rope_rows_supported(c.head_dim, c.n_rot) &&
+      d.rope_fused = rope_rows &&
                      half_supported(l.wq.weight.type, l.wq.weight.n_out, l.wq.weight.n_in) &&
                      half_supported(l.wk.weight.type, l.wk.weight.n_out, l.wk.weight.n_in) &&
                      half_supported(l.wv.weight.type, l.wv.weight.n_out, l.wv.weight.n_in);
       if (d.rope_fused) {
-        const PermutedRows q = permute_rows(l.wq.weight, l.wq.bias,
-                                            rope_row_order(c.n_head, c.head_dim, c.n_rot, neox));
-        const PermutedRows k = permute_rows(l.wk.weight, l.wk.bias,
-                                            rope_row_order(c.n_head_kv, c.head_dim, c.n_rot, neox));
+        const PermutedRows q = permute_rows(l.wq.weight, l.wq.bias, q_order);
+        const PermutedRows k = permute_rows(l.wk.weight, l.wk.bias, k_order);
         SALVO_RETURN_IF_ERROR(
             upload_matrix(q.view, q.bias.empty() ? nullptr : q.bias.data(), &d.wq));
         SALVO_RETURN_IF_ERROR(
@@ -632,16 +629,17 @@ class CudaModel : public Model {
       if (runs("norm")) {
         rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
       }
+      // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
+      // passes get Q and K in the heads' order for rope_store_kv).
+      const bool rope_done = l.rope_fused && rope_in_epilogue(n);
       if (l.rope_fused) {
-        // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
-        // passes get Q and K in the heads' order for rope_store_kv).
         const RopeEpilogue re{.batch = bv,
                               .kv = kvl,
                               .head_dim = c.head_dim,
                               .n_rot = c.n_rot,
-                              .theta_scale = powf(c.rope_base, -2.0f / static_cast<float>(c.n_rot)),
+                              .theta_scale = rope_theta_scale(c.rope_base, c.n_rot),
                               .neox = c.rope_mode == RopeMode::kRopeNeox,
-                              .rotate = rope_in_epilogue(n)};
+                              .rotate = rope_done};
         if (runs("qkv")) {
           rope_linears({{&l.wq, q, HalfRole::kRopeQ},
                         {&l.wk, k, HalfRole::kRopeK},
@@ -651,7 +649,7 @@ class CudaModel : public Model {
       } else if (runs("qkv")) {
         linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n);
       }
-      if ((!l.rope_fused || !rope_in_epilogue(n)) && runs("rope")) {
+      if (!rope_done && runs("rope")) {
         rope_store_kv({.batch = bv,
                        .kv = kvl,
                        .q = q,

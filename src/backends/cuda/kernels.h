@@ -6,6 +6,7 @@
 
 #include <cuda_runtime.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <vector>
@@ -116,12 +117,17 @@ struct RopeEpilogue {
   BatchView batch;  // the launch's rows
   KvLayerView kv;
   int head_dim = 0, n_rot = 0;
-  float theta_scale = 1.0f;  // base^(-2 / n_rot), as rope_store_kv computes it
+  float theta_scale = 1.0f;  // rope_theta_scale(base, n_rot)
   bool neox = false;
   // false: Q and K go to y in the heads' order unrotated and V to y, for rope_store_kv (wider
   // launches: one lane rotating 2 NT pairs in turn cost more than the separate kernel).
   bool rotate = true;
 };
+// The per-pair factor of the rotation angles, base^(-2 / n_rot): rope_store_kv's and the
+// epilogue's angles come from this one expression.
+inline float rope_theta_scale(float base, int n_rot) {
+  return powf(base, -2.0f / static_cast<float>(n_rot));
+}
 // Whether a launch of n rows rotates and stores in its epilogue (RopeEpilogue::rotate). Session
 // 30 on the H200, random 1.5B, plain / fused launches: 1 row 1.277 / 1.260 ms, 8 rows 1.408 /
 // 1.402, 16 rows 1.741 / 1.750, 64 rows 4.58 / 4.91.

@@ -211,49 +211,6 @@ struct HalfGroup {
   RopeEpilogue rope;  // the parts whose role is not kPlain
 };
 
-// The end of a kRopeQ / kRopeK / kStoreV tile: lane (g, t) holds rows g and g + 8 of the tile
-// for columns 8 nt + 2 t + {0, 1}. Q and K tiles hold rotation pairs (rope_row_order), so the
-// lane rotates its own pairs; Q goes to y in the heads' own order, K and V to the cache slots
-// (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
-template <int NT>
-__device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
-                                                int lane, const float (&acc)[NT][4]) {
-  const RopeEpilogue& re = grp.rope;
-  const int g = lane / 4, t = lane % 4;
-  const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
-  float* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int col = 8 * nt + 2 * t + i;
-      if (col >= grp.n_rows) continue;
-      const int64_t r = grp.row0 + col;
-      const int o0 = tile * 16 + g, o1 = o0 + 8;
-      float* dst = m.role == HalfRole::kRopeQ || !re.rotate
-                       ? m.y + static_cast<int64_t>(col) * m.n_out
-                       : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
-                                  re.batch.slot[r]) *
-                                     row_width;
-      const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
-      if (m.role == HalfRole::kStoreV) {
-        dst[o0] = x0;
-        dst[o1] = x1;
-        continue;
-      }
-      const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
-      int a, b;
-      rope_pair_dims(p, re.n_rot, re.neox, a, b);
-      float y0 = x0, y1 = x1;
-      if (p < re.n_rot / 2 && re.rotate) {
-        rope_rotate(x0, x1, p, static_cast<float>(re.batch.pos[r]), re.theta_scale, y0, y1);
-      }
-      dst[head * re.head_dim + a] = y0;
-      dst[head * re.head_dim + b] = y1;
-    }
-  }
-}
-
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
 // xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
 // is nt_stride uint4 further.
@@ -300,22 +257,22 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   }
 }
 
-// Adds the sums of warps lead + 1 .. lead + W - 1 into warp lead's (lead = warp - warp % W), in
-// warp order, one n tile at a time. Every warp of the block takes part (barriers).
+// Adds the sums of warps 1 .. W - 1 into warp 0's, in warp order, one n tile at a time. Every
+// warp of the block takes part (barriers).
 template <int NT>
 __device__ __forceinline__ void add_warps(float (&acc)[NT][4], float (*red)[4][32], int warp,
                                           int lane, int W) {
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
-    if (warp % W != 0) {
+    if (warp != 0) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) red[warp][i][lane] = acc[nt][i];
     }
     __syncthreads();
-    if (warp % W == 0) {
+    if (warp == 0) {
       for (int w = 1; w < W; ++w) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], red[warp + w][i][lane]);
+        for (int i = 0; i < 4; ++i) acc[nt][i] = __fadd_rn(acc[nt][i], red[w][i][lane]);
       }
     }
     __syncthreads();
@@ -327,6 +284,49 @@ __device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
   float v = __fmul_rn(sum, m.scale);
   if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
   return v;
+}
+
+// The end of a kRopeQ / kRopeK / kStoreV tile: lane (g, t) holds rows g and g + 8 of the tile
+// for columns 8 nt + 2 t + {0, 1}. Q and K tiles hold rotation pairs (rope_row_order), so the
+// lane rotates its own pairs; Q goes to y in the heads' own order, K and V to the cache slots
+// (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
+template <int NT>
+__device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
+                                                int lane, const float (&acc)[NT][4]) {
+  const RopeEpilogue& re = grp.rope;
+  const int g = lane / 4, t = lane % 4;
+  const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
+  float* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = 8 * nt + 2 * t + i;
+      if (col >= grp.n_rows) continue;
+      const int64_t r = grp.row0 + col;
+      const int o0 = tile * 16 + g, o1 = o0 + 8;
+      float* dst = m.role == HalfRole::kRopeQ || !re.rotate
+                       ? m.y + static_cast<int64_t>(col) * m.n_out
+                       : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
+                                  re.batch.slot[r]) *
+                                     row_width;
+      const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
+      if (m.role == HalfRole::kStoreV) {
+        dst[o0] = x0;
+        dst[o1] = x1;
+        continue;
+      }
+      const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
+      int a, b;
+      rope_pair_dims(p, re.n_rot, re.neox, a, b);
+      float y0 = x0, y1 = x1;
+      if (p < re.n_rot / 2 && re.rotate) {
+        rope_rotate(x0, x1, p, static_cast<float>(re.batch.pos[r]), re.theta_scale, y0, y1);
+      }
+      dst[head * re.head_dim + a] = y0;
+      dst[head * re.head_dim + b] = y1;
+    }
+  }
 }
 
 // grid (tiles of the group, splits); blockDim.x / 32 warps.
@@ -776,9 +776,8 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     piece.x = reinterpret_cast<const uint4*>(p.xq.h) + (r0 / 8) * tile_uint4;
     piece.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
     piece.row0 = r0;
-    const int64_t y_width = p.gated ? p.n_out / 2 : 0;
-    for (int i = 0; i < n_parts; ++i) {
-      piece.m[i].y = parts[i].y + r0 * (p.gated ? y_width : parts[i].n_out);
+    for (int i = 0; i < n_parts; ++i) {  // a gated matrix writes n_out / 2 columns a row
+      piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
     }
     if (p.type == DType::kQ4_K) {
       launch_rows<FmtQ4K>(piece, sh.warps, stream);

@@ -355,7 +355,7 @@ void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, in
 
 void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
   if (p.batch.n_rows == 0) return;
-  const float theta_scale = powf(p.base, -2.0f / static_cast<float>(p.n_rot));
+  const float theta_scale = rope_theta_scale(p.base, p.n_rot);
   const dim3 grid(static_cast<unsigned>(p.batch.n_rows),
                   static_cast<unsigned>(p.n_head + p.n_head_kv));
   launch(rope_store_kv_kernel, grid, 64, 0, stream, p, theta_scale);
