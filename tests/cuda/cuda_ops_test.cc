@@ -329,7 +329,7 @@ TEST_F(CudaOps, RmsNormActivationsAddScaleGather) {
 
 // kHalf's fp16 fragments of n rows (rounded up to 8), and a zeroed host vector of that size
 // (the fused kernels leave the padding rows as they find them; half_frags writes zeros).
-size_t frag_halves(int64_t n, int64_t width) { return (n + 7) / 8 * 8 * width; }
+size_t frag_halves(int64_t n, int64_t width) { return cuda::half_frag_rows(n) * width; }
 std::vector<uint16_t> zeros_u16(size_t n) { return std::vector<uint16_t>(n, 0); }
 
 bool same_meta(const std::vector<cuda::Q8Meta>& a, const std::vector<cuda::Q8Meta>& b) {
@@ -665,6 +665,179 @@ TEST_F(CudaOps, GatedMatmulGivesTheUnfusedBits) {
           EXPECT_EQ(g2.host(), g1.host());
           EXPECT_EQ(f2.host(), f1.host());
         }
+      }
+    }
+  }
+}
+
+// The fused norm (ResidualNorm, in_rms): the residual epilogue's x is x + the plain launch's
+// product bit for bit, its fragments are fp16(x * w) bit for bit, the rows' factors (from its
+// last tile up to 8 rows, else rms_from_sq; the same bits) are within 1e-6 of a double
+// reference, and a consumer gives the plain launch's sums times the row's factor bit for bit; a
+// row's outputs are the bits of that row launched alone (1-70 rows: one to eight n tiles, two
+// 64-row pieces; split k in the 9472-wide shape). norm_frags and gather_frag_rows likewise.
+TEST_F(CudaOps, FusedNormEpiloguesMatchTheirDefinition) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1536, 512}, {9472, 768}};  // n_in -> n_embd
+  const float eps = 1e-6f;
+  for (const auto& [n_in, dim] : shapes) {
+    for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+      SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(n_in));
+      float s1 = 0.0f, s2 = 0.0f;
+      const int64_t n2 = 256, tiles = dim / 16;
+      const auto w1 = random_weights(type, dim, n_in, 80), w2 = random_weights(type, n2, dim, 81);
+      Dev<uint8_t> d1(cuda::pack_half_weights(type, w1.data(), dim, n_in, &s1));
+      Dev<uint8_t> d2(cuda::pack_half_weights(type, w2.data(), n2, dim, &s2));
+      const std::vector<float> norm_w = random_floats(dim, 82, 1.0f);
+      Dev<float> dw(norm_w);
+      for (int rows : {1, 3, 8, 9, 33, 70}) {
+        SCOPED_TRACE(std::to_string(rows) + " rows");
+        const std::vector<float> x0 = random_floats(rows * dim, 83, 1.0f);
+        const std::vector<float> a = random_floats(rows * n_in, 84, 1.0f);
+        Dev<float> da(a);
+        Dev<uint16_t> dha(frag_halves(rows, n_in));
+        cuda::half_frags(da.ptr, rows, n_in, dha.ptr, nullptr);
+        Dev<float> dy(rows * dim);
+        cuda::MatmulParams p{.type = type,
+                             .w = d1.ptr,
+                             .n_out = dim,
+                             .n_in = n_in,
+                             .x = da.ptr,
+                             .n_rows = rows,
+                             .y = dy.ptr,
+                             .variant = cuda::MatmulVariant::kHalf,
+                             .xq = {.h = dha.ptr},
+                             .half_scale = s1};
+        cuda::matmul(p, nullptr);
+        const std::vector<float> y = dy.host();
+        Dev<float> dx(x0), dsq(rows * tiles), drms(rows), drms_sq(rows);
+        Dev<uint16_t> dh(zeros_u16(frag_halves(rows, dim)));
+        Dev<int> ddone(std::vector<int>{0});
+        const bool in_epilogue = rows <= cuda::kNormEpilogueRows;
+        cuda::MatmulParams f = p;
+        f.y = nullptr;
+        f.residual = {.x = dx.ptr,
+                      .w = dw.ptr,
+                      .h = dh.ptr,
+                      .sq = dsq.ptr,
+                      .rms = in_epilogue ? drms.ptr : nullptr,
+                      .done = ddone.ptr,
+                      .eps = eps};
+        cuda::matmul(f, nullptr);
+        cuda::rms_from_sq(dsq.ptr, rows, static_cast<int>(dim), eps,
+                          in_epilogue ? drms_sq.ptr : drms.ptr, nullptr);
+        const std::vector<float> x = dx.host(), rms = drms.host();
+        EXPECT_EQ(ddone.host()[0], 0);
+        if (in_epilogue) {
+          EXPECT_EQ(drms_sq.host(), rms);
+        }
+        const std::vector<uint16_t> h = dh.host();
+        int bad_x = 0, bad_h = 0;
+        double worst = 0.0;
+        for (int r = 0; r < rows; ++r) {
+          double ss = 0.0;
+          for (int64_t o = 0; o < dim; ++o) {
+            const float want = x0[r * dim + o] + y[r * dim + o];
+            bad_x += std::memcmp(&want, &x[r * dim + o], 4) != 0;
+            bad_h += h[cuda::half_frag_index(r, o, dim)] != fp32_to_fp16(want * norm_w[o]);
+            ss += static_cast<double>(want) * want;
+          }
+          const double ref = 1.0 / std::sqrt(ss / dim + eps);
+          worst = std::max(worst, std::fabs(rms[r] - ref) / ref);
+        }
+        EXPECT_EQ(bad_x, 0);
+        EXPECT_EQ(bad_h, 0);
+        EXPECT_LT(worst, 1e-6);
+        // norm_frags from the same x: the same fragments, the factors within the bound.
+        Dev<uint16_t> dh0(zeros_u16(h.size()));
+        Dev<float> dsq0(rows * tiles), drms0(rows), drms00(rows);
+        cuda::norm_frags(dx.ptr, dw.ptr, rows, static_cast<int>(dim), eps, dh0.ptr, dsq0.ptr,
+                         drms0.ptr, nullptr);
+        cuda::rms_from_sq(dsq0.ptr, rows, static_cast<int>(dim), eps, drms00.ptr, nullptr);
+        const std::vector<float> rms0 = drms0.host();
+        EXPECT_EQ(drms00.host(), rms0);
+        const std::vector<uint16_t> h0 = dh0.host();
+        int bad_h0 = 0;
+        for (int r = 0; r < rows; ++r) {
+          EXPECT_NEAR(rms0[r], rms[r], 1e-6 * rms[r]);
+          for (int64_t o = 0; o < dim; ++o) {
+            const int64_t i = cuda::half_frag_index(r, o, dim);
+            bad_h0 += h0[i] != h[i];
+          }
+        }
+        EXPECT_EQ(bad_h0, 0);
+        // The consumer: the plain sums times the row's factor.
+        Dev<float> dz(rows * n2), dzr(rows * n2);
+        cuda::MatmulParams c{.type = type,
+                             .w = d2.ptr,
+                             .n_out = n2,
+                             .n_in = dim,
+                             .n_rows = rows,
+                             .y = dz.ptr,
+                             .variant = cuda::MatmulVariant::kHalf,
+                             .xq = {.h = dh.ptr},
+                             .half_scale = s2};
+        cuda::matmul(c, nullptr);
+        cuda::MatmulParams cr = c;
+        cr.y = dzr.ptr;
+        cr.in_rms = drms.ptr;
+        cuda::matmul(cr, nullptr);
+        const std::vector<float> z = dz.host(), zr = dzr.host();
+        int bad_z = 0;
+        for (int r = 0; r < rows; ++r) {
+          for (int64_t o = 0; o < n2; ++o) {
+            const float want = z[r * n2 + o] * rms[r];
+            bad_z += std::memcmp(&want, &zr[r * n2 + o], 4) != 0;
+          }
+        }
+        EXPECT_EQ(bad_z, 0);
+        // Row invariance: the last row launched alone (its factor from the last tile).
+        const int r = rows - 1;
+        Dev<float> dx1(std::vector<float>(x0.begin() + r * dim, x0.begin() + (r + 1) * dim));
+        Dev<float> da1(std::vector<float>(a.begin() + r * n_in, a.begin() + (r + 1) * n_in));
+        Dev<uint16_t> dha1(frag_halves(8, n_in)), dh1(zeros_u16(frag_halves(8, dim)));
+        Dev<float> dsq1(tiles), drms1(1);
+        cuda::half_frags(da1.ptr, 1, n_in, dha1.ptr, nullptr);
+        cuda::MatmulParams f1 = f;
+        f1.x = da1.ptr;
+        f1.n_rows = 1;
+        f1.xq = {.h = dha1.ptr};
+        f1.residual.x = dx1.ptr;
+        f1.residual.h = dh1.ptr;
+        f1.residual.sq = dsq1.ptr;
+        f1.residual.rms = drms1.ptr;
+        cuda::matmul(f1, nullptr);
+        EXPECT_EQ(std::memcmp(dx1.host().data(), &x[r * dim], dim * 4), 0);
+        EXPECT_EQ(drms1.host()[0], rms[r]);
+        const std::vector<uint16_t> h1 = dh1.host();
+        int bad_h1 = 0;
+        for (int64_t o = 0; o < dim; ++o) {
+          bad_h1 += h1[cuda::half_frag_index(0, o, dim)] != h[cuda::half_frag_index(r, o, dim)];
+        }
+        EXPECT_EQ(bad_h1, 0);
+        Dev<float> dz1(n2);
+        cuda::MatmulParams c1 = cr;
+        c1.n_rows = 1;
+        c1.y = dz1.ptr;
+        c1.xq = {.h = dh1.ptr};
+        c1.in_rms = drms1.ptr;
+        cuda::matmul(c1, nullptr);
+        EXPECT_EQ(std::memcmp(dz1.host().data(), &zr[r * n2], n2 * 4), 0);
+        // gather_frag_rows: row r first, then row 0.
+        Dev<int32_t> drows(std::vector<int32_t>{r, 0});
+        Dev<uint16_t> dg(zeros_u16(frag_halves(8, dim)));
+        Dev<float> dgr(2);
+        cuda::gather_frag_rows(dh.ptr, drms.ptr, drows.ptr, 2, static_cast<int>(dim), dg.ptr,
+                               dgr.ptr, nullptr);
+        const std::vector<uint16_t> g = dg.host();
+        const std::vector<float> gr = dgr.host();
+        EXPECT_EQ(gr[0], rms[r]);
+        EXPECT_EQ(gr[1], rms[0]);
+        int bad_g = 0;
+        for (int64_t o = 0; o < dim; ++o) {
+          bad_g += g[cuda::half_frag_index(0, o, dim)] != h[cuda::half_frag_index(r, o, dim)];
+          bad_g += g[cuda::half_frag_index(1, o, dim)] != h[cuda::half_frag_index(0, o, dim)];
+        }
+        EXPECT_EQ(bad_g, 0);
       }
     }
   }

@@ -223,13 +223,15 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
     if (p.xq.h != nullptr) return matmul_half_group(&p, 1, stream);
     Scratch& s = scratch();
     std::lock_guard<std::mutex> lock(s.mu);
-    const Status st = s.h.reserve((p.n_rows + 7) / 8 * 8 * p.n_in * sizeof(uint16_t));
+    const Status st = s.h.reserve(half_frag_rows(p.n_rows) * p.n_in * sizeof(uint16_t));
     SALVO_CHECK_MSG(st.ok(), "matmul: no device memory for the fp16 activations");
     MatmulParams q = p;
     q.xq.h = s.h.get<uint16_t>();
     half_frags(p.x, p.n_rows, p.n_in, s.h.get<uint16_t>(), stream);
     return matmul_half_group(&q, 1, stream);
   }
+  SALVO_CHECK_MSG(p.in_rms == nullptr && p.residual.x == nullptr,
+                  "matmul: the fused norm's epilogues are kHalf's alone");
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
   SALVO_CHECK_MSG(!p.tiled || variant_takes_q8(v), "matmul: tiled weights need an integer variant");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {

@@ -44,6 +44,7 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
+#include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
 #include "quant/fp16.h"
 
@@ -209,7 +210,23 @@ struct HalfGroup {
   uint16_t* gated_h = nullptr;
   int64_t row0 = 0;
   RopeEpilogue rope;  // the parts whose role is not kPlain
+  ResidualNorm res;   // MatmulParams::residual (one plain part)
+  const float* in_rms = nullptr;
 };
+
+// The factors of the lane's columns 8 nt + 2 t + i (MatmulParams::in_rms; 1 where none: a
+// product with 1 keeps the bits).
+template <int NT>
+__device__ __forceinline__ void load_rms(const HalfGroup& grp, int lane, float (&rms)[NT][2]) {
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = 8 * nt + 2 * (lane % 4) + i;
+      rms[nt][i] = grp.in_rms != nullptr && col < grp.n_rows ? grp.in_rms[grp.row0 + col] : 1.0f;
+    }
+  }
+}
 
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
 // xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
@@ -235,15 +252,18 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
 }
 
 // The sums of one tile over the super-blocks first, first + stride, ... of its matrix.
+// One n tile's norm factors load right after the wait, under the first chunk's latency.
 template <class F, int NT>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
-                                          float (&acc)[NT][4]) {
+                                          float (&acc)[NT][4], const HalfGroup& grp,
+                                          float (&rms)[NT][2]) {
   int sb = first;
   typename F::Regs cur, nxt;
   // Weights are never another kernel's output: the first chunk loads before the wait.
   if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
   pdl_enter();
+  if constexpr (NT == 1) load_rms<NT>(grp, lane, rms);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
   // One chunk loads while the one before it computes. (Two register sets taken in turn, without
@@ -279,9 +299,10 @@ __device__ __forceinline__ void add_warps(float (&acc)[NT][4], float (*red)[4][3
   }
 }
 
-// A tile's output o of activation row col: the fp32 sum scaled, plus the bias.
-__device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
-  float v = __fmul_rn(sum, m.scale);
+// A tile's output o of an activation row: the fp32 sum scaled (by the row's norm factor r too),
+// plus the bias.
+__device__ __forceinline__ float finish(const HalfPart& m, float sum, int o, float r) {
+  float v = __fmul_rn(__fmul_rn(sum, m.scale), r);
   if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
   return v;
 }
@@ -292,7 +313,8 @@ __device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
 // (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
 template <int NT>
 __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
-                                                int lane, const float (&acc)[NT][4]) {
+                                                int lane, const float (&acc)[NT][4],
+                                                const float (&rms)[NT][2]) {
   const RopeEpilogue& re = grp.rope;
   const int g = lane / 4, t = lane % 4;
   const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
@@ -310,7 +332,8 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
                        : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
                                   re.batch.slot[r]) *
                                      row_width;
-      const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
+      const float x0 = finish(m, acc[nt][i], o0, rms[nt][i]);
+      const float x1 = finish(m, acc[nt][i + 2], o1, rms[nt][i]);
       if (m.role == HalfRole::kStoreV) {
         dst[o0] = x0;
         dst[o1] = x1;
@@ -329,6 +352,62 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   }
 }
 
+// The end of a tile with the residual epilogue (ResidualNorm): lane (g, t) holds outputs g and
+// g + 8 of the tile for columns 8 nt + 2 t + {0, 1}. A column's sum of squares over the tile is
+// added across the 8 lanes of one t in a fixed butterfly; with rn.rms, the launch's last tile
+// adds the rows' sums (rms_of_rows, 8 rows at a time: their loads in flight together).
+template <int NT>
+__device__ __forceinline__ void residual_tile(const HalfGroup& grp, const HalfPart& m, int tile,
+                                              int lane, const float (&acc)[NT][4],
+                                              const float (&rms)[NT][2]) {
+  const ResidualNorm& rn = grp.res;
+  const int g = lane / 4, t = lane % 4, tiles = m.n_out / 16;
+  const int o0 = tile * 16 + g, o1 = o0 + 8;
+  const float w0 = rn.w[o0], w1 = rn.w[o1];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = 8 * nt + 2 * t + i;
+      const int64_t r = grp.row0 + col;
+      float s = 0.0f;
+      if (col < grp.n_rows) {
+        float* xr = rn.x + r * m.n_out;
+        const float x0 = __fadd_rn(xr[o0], finish(m, acc[nt][i], o0, rms[nt][i]));
+        const float x1 = __fadd_rn(xr[o1], finish(m, acc[nt][i + 2], o1, rms[nt][i]));
+        xr[o0] = x0;
+        xr[o1] = x1;
+        rn.h[half_frag_index(r, o0, m.n_out)] =
+            __half_as_ushort(__float2half_rn(__fmul_rn(x0, w0)));
+        rn.h[half_frag_index(r, o1, m.n_out)] =
+            __half_as_ushort(__float2half_rn(__fmul_rn(x1, w1)));
+        s = __fadd_rn(__fmul_rn(x0, x0), __fmul_rn(x1, x1));
+      }
+#pragma unroll
+      for (int off = 4; off < 32; off *= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+      if (g == 0 && col < grp.n_rows) rn.sq[r * tiles + tile] = s;
+    }
+  }
+  if (rn.rms == nullptr) return;
+  __threadfence();
+  __syncwarp();
+  int last = 0;
+  if (lane == 0) last = atomicAdd(rn.done, 1) == tiles - 1;
+  last = __shfl_sync(0xffffffffu, last, 0);
+  if (!last) return;
+  __threadfence();
+  for (int c0 = 0; c0 < grp.n_rows; c0 += 8) {
+    float f[8];
+    rms_of_rows<8>(rn.sq + (grp.row0 + c0) * tiles, tiles, min(8, grp.n_rows - c0), tiles, m.n_out,
+                   rn.eps, lane, f);
+#pragma unroll
+    for (int c = 0; c < 8; ++c) {
+      if (lane == c && c0 + c < grp.n_rows) rn.rms[grp.row0 + c0 + c] = f[c];
+    }
+  }
+  if (lane == 0) *rn.done = 0;
+}
+
 // grid (tiles of the group, splits); blockDim.x / 32 warps.
 template <class F, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
@@ -340,9 +419,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int tile = blockIdx.x - grp.first[part];
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
-  float acc[NT][4];
+  float acc[NT][4], rms[NT][2];
   tile_sums<F, NT>(base, n_sb, grp.x + lane, static_cast<int64_t>(n_k2) * 32, ks * W + warp,
-                   W * n_split, lane, acc);
+                   W * n_split, lane, acc, grp, rms);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -375,8 +454,10 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
     }
     if (lane == 0) grp.counts[gtile] = 0;
   }
+  if constexpr (NT > 1) load_rms<NT>(grp, lane, rms);
+  if (grp.res.x != nullptr) return residual_tile<NT>(grp, m, tile, lane, acc, rms);
   if (m.role != HalfRole::kPlain && (m.role != HalfRole::kStoreV || grp.rope.rotate)) {
-    return rope_store_tile<NT>(grp, m, tile, lane, acc);
+    return rope_store_tile<NT>(grp, m, tile, lane, acc, rms);
   }
   const int g = lane / 4, t = lane % 4;
   if (grp.gated) {
@@ -389,7 +470,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
       for (int i = 0; i < 2; ++i) {
         const int col = 8 * nt + 2 * t + i;
         if (col >= grp.n_rows || o >= n_ff) continue;
-        const float gv = __fmul_rn(acc[nt][i], m.scale), uv = __fmul_rn(acc[nt][i + 2], m.scale);
+        const float gv = __fmul_rn(__fmul_rn(acc[nt][i], m.scale), rms[nt][i]);
+        const float uv = __fmul_rn(__fmul_rn(acc[nt][i + 2], m.scale), rms[nt][i]);
         const float v = grp.act == GatedAct::kSilu ? silu_times(gv, uv) : gelu_tanh_times(gv, uv);
         m.y[static_cast<int64_t>(col) * n_ff + o] = v;
         grp.gated_h[half_frag_index(grp.row0 + col, o, n_ff)] =
@@ -404,7 +486,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
     for (int i = 0; i < 4; ++i) {
       const int o = tile * 16 + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
       if (col < grp.n_rows && o < m.n_out) {
-        m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o);
+        m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o, rms[nt][i % 2]);
       }
     }
   }
@@ -733,7 +815,7 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     const MatmulParams& q = parts[i];
     SALVO_CHECK(q.variant == MatmulVariant::kHalf && half_supported(q.type, q.n_out, q.n_in));
     SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
-    SALVO_CHECK(q.xq.h != nullptr);
+    SALVO_CHECK(q.xq.h != nullptr && q.in_rms == p.in_rms);
     grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y,   q.bias, q.half_scale,
                 static_cast<int>(q.n_out),        q.role};
     if (q.role != HalfRole::kPlain) {
@@ -742,6 +824,14 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     }
     grp.first[i + 1] = grp.first[i] + static_cast<int>((q.n_out + 15) / 16);
     total_out += static_cast<int>(q.n_out);
+  }
+  grp.in_rms = p.in_rms;
+  if (p.residual.x != nullptr) {
+    const ResidualNorm& rn = p.residual;
+    SALVO_CHECK(n_parts == 1 && !p.gated && p.role == HalfRole::kPlain && p.n_out % 16 == 0);
+    SALVO_CHECK(rn.w != nullptr && rn.h != nullptr && rn.sq != nullptr && rn.h != p.xq.h);
+    SALVO_CHECK(rn.rms == nullptr || (rn.done != nullptr && p.n_rows <= kNormEpilogueRows));
+    grp.res = rn;
   }
   if (p.n_rows == 0) return;
   if (p.gated) {
@@ -777,7 +867,8 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     piece.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
     piece.row0 = r0;
     for (int i = 0; i < n_parts; ++i) {  // a gated matrix writes n_out / 2 columns a row
-      piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
+      if (parts[i].y != nullptr)
+        piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
     }
     if (p.type == DType::kQ4_K) {
       launch_rows<FmtQ4K>(piece, sh.warps, stream);
