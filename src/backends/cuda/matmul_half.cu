@@ -101,6 +101,16 @@ struct FmtQ4K {
     k.sm[2] = ld_stream(sm + 32 * (g + 8));
     k.sm[3] = ld_stream(sm + 32 * (g + 8) + 16);
   }
+  // Steps 8 h .. 8 h + 7 only, into the registers of steps 0-7: step(k, s) for s < 8 then
+  // computes step 8 h + s (the words and shifts of s and s + 8 are the same).
+  static __device__ __forceinline__ void load_half(const uint8_t* c, int lane, int h, Regs& k) {
+    const int g = lane / 4;
+    k.q[0] = ld_stream(c + 16 * (32 * (2 * h) + lane));
+    k.q[1] = ld_stream(c + 16 * (32 * (2 * h + 1) + lane));
+    const uint8_t* sm = c + 2048;
+    k.sm[0] = ld_stream(sm + 32 * g + 16 * h);
+    k.sm[2] = ld_stream(sm + 32 * (g + 8) + 16 * h);
+  }
   // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
   // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
   // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
@@ -143,6 +153,16 @@ struct FmtQ6K {
     k.sc[1] = ld_stream(sc + 32 * g + 16);
     k.sc[2] = ld_stream(sc + 32 * (g + 8));
     k.sc[3] = ld_stream(sc + 32 * (g + 8) + 16);
+  }
+  // As FmtQ4K::load_half.
+  static __device__ __forceinline__ void load_half(const uint8_t* c, int lane, int h, Regs& k) {
+    const int g = lane / 4;
+    k.q[0] = ld_stream(c + 16 * (32 * (2 * h) + lane));
+    k.q[1] = ld_stream(c + 16 * (32 * (2 * h + 1) + lane));
+    k.h[0] = ld_stream(c + 2048 + 16 * (32 * h + lane));
+    const uint8_t* sc = c + 3072;
+    k.sc[0] = ld_stream(sc + 32 * g + 16 * h);
+    k.sc[2] = ld_stream(sc + 32 * (g + 8) + 16 * h);
   }
   // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
   // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
@@ -244,11 +264,12 @@ __device__ __forceinline__ void load_rms(const HalfGroup& grp, int lane, float (
 // is nt_stride uint4 further.
 // kPre (one n tile): the first step pair's fragments come in x0, loaded a chunk ahead (the
 // other pairs' loads are issued early enough by ptxas, the first one's was not: tile_sums).
-template <class F, int NT, bool kPre>
+// kPairs 4: half a chunk (load_half), its steps as 0-7.
+template <class F, int NT, bool kPre, int kPairs = 8>
 __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
                                             int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
 #pragma unroll
-  for (int p = 0; p < 8; ++p) {
+  for (int p = 0; p < kPairs; ++p) {
     uint4 xv[NT];  // the activation fragments of steps 2p and 2p + 1, one uint4 per n tile
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -267,6 +288,72 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
         mma16816(acc[nt], a, h == 0 ? xv[nt].x : xv[nt].z, h == 0 ? xv[nt].y : xv[nt].w);
       }
     }
+  }
+}
+
+// SALVO_HALF_BALANCE=1 (opt-in, not yet measured): the super-blocks left over after every
+// worker (warp of a split) has taken the same number are cut in halves and those dealt out in
+// turn, so a 7B gate/up tile (14 over 4 warps: 4, 4, 3, 3 before) gives each warp 3.5 and a
+// 1.5B one (6: 2, 2, 1, 1) 1.5. ncu found 13.5% of the 7B gate/up's stall samples in warps
+// waiting at add_warps' barrier for the others (session 32). Worker k's units: the whole
+// chunks k, k + stride, ... below n_full, then halves k, k + stride, ... of the rest. The
+// order depends on the shape alone.
+struct Unit {
+  int sb = -1, half = -1;  // sb -1: none; half -1: the whole chunk
+};
+__device__ __forceinline__ Unit balanced_unit(int n_sb, int k, int stride, int i) {
+  const int n_full = n_sb / stride * stride;
+  const int n_whole = n_full / stride;  // every worker's whole chunks
+  if (i < n_whole) return {k + i * stride, -1};
+  const int j = k + (i - n_whole) * stride;
+  if (j < 2 * (n_sb - n_full)) return {n_full + j / 2, j % 2};
+  return {};
+}
+
+template <class F, int NT>
+__device__ __forceinline__ void load_unit(const uint8_t* base, Unit u, int lane,
+                                          typename F::Regs& k) {
+  const uint8_t* c = base + static_cast<int64_t>(u.sb) * F::kBytes;
+  if (u.half < 0) {
+    F::load(c, lane, k);
+  } else {
+    F::load_half(c, lane, u.half, k);
+  }
+}
+
+// The sums of one tile over its units (balanced_unit): whole chunks and halves.
+template <class F, int NT>
+__device__ __forceinline__ void balanced_tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
+                                                   int64_t nt_stride, int first, int stride,
+                                                   int lane, float (&acc)[NT][4],
+                                                   const HalfGroup& grp, float (&rms)[NT][2]) {
+  Unit u = balanced_unit(n_sb, first, stride, 0);
+  typename F::Regs cur, nxt;
+  if (u.sb >= 0) load_unit<F, NT>(base, u, lane, cur);
+  pdl_enter();
+  if constexpr (NT == 1) load_rms<NT>(grp, lane, rms);
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  // A unit's activations start at pair 0 or 4 of its super-block.
+  auto x_of = [&](Unit v) { return xs + v.sb * 256 + (v.half > 0 ? 4 * 32 : 0); };
+  uint4 x0 = {}, x0_next = {};
+  if constexpr (NT == 1) {
+    if (u.sb >= 0) x0 = __ldg(x_of(u));
+  }
+  for (int i = 1; u.sb >= 0; ++i) {
+    const Unit v = balanced_unit(n_sb, first, stride, i);
+    if (v.sb >= 0) {
+      load_unit<F, NT>(base, v, lane, nxt);
+      if constexpr (NT == 1) x0_next = __ldg(x_of(v));
+    }
+    if (u.half < 0) {
+      chunk_steps<F, NT, NT == 1, 8>(cur, x_of(u), nt_stride, acc, x0);
+    } else {
+      chunk_steps<F, NT, NT == 1, 4>(cur, x_of(u), nt_stride, acc, x0);
+    }
+    cur = nxt;
+    x0 = x0_next;
+    u = v;
   }
 }
 
@@ -302,16 +389,16 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
       cur = nxt;
       x0 = x0_next;
     }
-    return;
-  }
-  // One chunk loads while the one before it computes. (Two register sets taken in turn, without
-  // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
-  // 2.87, with 26% fewer instructions; not understood.)
-  for (; sb < n_sb; sb += stride) {
-    const int next = sb + stride;
-    if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-    chunk_steps<F, NT, false>(cur, xs + sb * 256, nt_stride, acc, uint4{});
-    cur = nxt;
+  } else {
+    // One chunk loads while the one before it computes. (Two register sets taken in turn,
+    // without the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B
+    // 2.52 -> 2.87, with 26% fewer instructions; not understood.)
+    for (; sb < n_sb; sb += stride) {
+      const int next = sb + stride;
+      if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+      chunk_steps<F, NT, false>(cur, xs + sb * 256, nt_stride, acc, uint4{});
+      cur = nxt;
+    }
   }
 }
 
@@ -447,7 +534,7 @@ __device__ __forceinline__ void residual_tile(const HalfGroup& grp, const HalfPa
 }
 
 // grid (tiles of the group, splits); blockDim.x / 32 warps.
-template <class F, int NT>
+template <class F, int NT, bool kBalance>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -458,8 +545,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4], rms[NT][2];
-  tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
-                   ks * W + warp, W * n_split, lane, acc, grp, rms);
+  if constexpr (kBalance) {
+    balanced_tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                              static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                              acc, grp, rms);
+  } else {
+    tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
+                     ks * W + warp, W * n_split, lane, acc, grp, rms);
+  }
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -610,9 +703,16 @@ Shape shape_of(int tiles, int n_in, int total_out) {
   return {warps, splits};
 }
 
+bool balance_knob() {  // SALVO_HALF_BALANCE=1: balanced_tile_sums (A/B)
+  static const bool on = env_int("SALVO_HALF_BALANCE", 0) != 0;
+  return on;
+}
+
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
-  launch(half_kernel<F, NT>, dim3(grp.first[grp.n], grp.splits), 32 * warps, 0, stream, grp);
+  const dim3 grid(grp.first[grp.n], grp.splits);
+  if (balance_knob()) return launch(half_kernel<F, NT, true>, grid, 32 * warps, 0, stream, grp);
+  launch(half_kernel<F, NT, false>, grid, 32 * warps, 0, stream, grp);
 }
 
 template <class F>
