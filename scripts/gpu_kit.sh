@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Builds a GPU-session kit from binaries built here (DEVELOPERS "A GPU session" item 9): the
+# device builds nothing, so a window is a start call, the model pieces (if any) one a call,
+# then status calls. Needs build/release configured with -DSALVO_CUDA_TESTS=ON and built
+# (salvo cuda_ops_test cuda_model_test cuda_dflash_test).
+#
+#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter]
+#
+# KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
+# generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
+# --ab FILE: the A/B forms, a line each: `name VAR=VALUE ...` (`name` alone: the defaults);
+# without it only the default is measured. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
+# (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
+# DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
+# Then, from the device tool, carrying only what each call needs:
+#   call 1:     bash KIT/run.sh start 3                 carry [KIT]
+#   per piece:  bash KIT/run.sh piece                   carry [KIT/run.sh, .gpu/q/qNN]
+#   then:       bash KIT/run.sh status 90               carry [KIT/run.sh]   (returns logs.tgz)
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter]}
+shift
+ab="" real=0 drafter=0
+while [[ $# -gt 0 ]]; do
+  case $1 in
+    --ab) ab=$2; shift 2 ;;
+    --real) real=1; shift ;;
+    --drafter) drafter=1; shift ;;
+    *) echo "gpu_kit.sh: unknown argument '$1'" >&2; exit 2 ;;
+  esac
+done
+models=${SALVO_MODELS:-$root/models}
+build=$root/build/release
+for b in salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test; do
+  [[ -x $build/$b ]] || { echo "gpu_kit.sh: $build/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }
+done
+rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/whl"
+for b in salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test; do
+  gzip -c "$build/$b" >"$kit/bin/$(basename "$b").gz"
+done
+fmt=$(ldd "$build/salvo" | awk '/libfmt/ {print $3}')
+[[ -n $fmt ]] && cp "$fmt" "$kit/bin/"
+python3 -m pip download -q --no-deps --only-binary=:all: -d "$kit/whl" gguf==0.19.0
+python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-coder-1.5b.gguf" \
+  --out "$kit/qwen2.gguf"
+cp "$root/../shared/bench/prompts.jsonl" "$kit/prompts.jsonl"
+cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
+cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
+if [[ -n $ab ]]; then cp "$ab" "$kit/ab.conf"; else echo "default" >"$kit/ab.conf"; fi
+if [[ $real == 1 ]]; then
+  rm -rf "$root/.gpu/q" && mkdir -p "$root/.gpu/q"
+  split -n 20 -d -a 2 "$models/qwen2.5-coder-1.5b.gguf" "$root/.gpu/q/q"
+fi
+if [[ $drafter == 1 ]]; then
+  rm -rf "$root/.gpu/d" && mkdir -p "$root/.gpu/d"
+  tar cf "$root/.gpu/d/all.tar" -C "$root" drafters/qwen2.5-coder-1.5b
+  split -n 2 -d -a 1 "$root/.gpu/d/all.tar" "$root/.gpu/d/d"
+  rm "$root/.gpu/d/all.tar"
+fi
+du -sh "$kit"

@@ -1,0 +1,110 @@
+#!/bin/bash
+# A kit's per-call script on the GPU machine (scripts/gpu_kit.sh writes it as KIT/run.sh); run
+# from the repository root of the device's copy of the tree.
+#   run.sh start N   first call (carries the kit): unpack, start the job, wait N s
+#   run.sh piece     a call carrying one model piece (.gpu/q/qNN or .gpu/d/dN)
+#   run.sh status N  wait N s, print the job's progress and summary; logs.tgz into $OUT
+# The job (in the background): random Qwen2.5-1.5B and 7B shapes (Q4_K_M) generated there; the
+# CUDA tests (ops, model and DFlash on the random 1.5B) for every A/B form of ab.conf; then
+# `salvo bench` sweeps (-p 512 -n 128, k-row passes 1-64 at a 512-token context) of every form
+# on both shapes, the forms alternated, two runs each; with the real model's 20 pieces, its
+# model test and sweeps; with the drafter's 2 pieces, bench_spec (none, auto, dflash:adapter:7)
+# per form. Each call copies the pieces it carries, so a replaced machine shows as missing ones
+# (read `warm` in every result).
+kit=$(cd "$(dirname "$0")" && pwd)
+W=/root/kit
+mkdir -p $W/p $W/m $W/logs
+for f in .gpu/q/q?? .gpu/d/d?; do [ -f "$f" ] && cp --update=none "$f" $W/p/; done
+if [ "$1" = start ] && [ ! -f $W/started ]; then
+  touch $W/started
+  mkdir -p $W/bin $W/src /root/site
+  for f in "$kit"/bin/*.gz; do gunzip -c "$f" >$W/bin/$(basename "$f" .gz); done
+  cp "$kit"/bin/*.so* $W/bin/ 2>/dev/null
+  chmod +x $W/bin/*
+  pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
+  cp -r bench tools tests $W/src/ 2>/dev/null
+  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh} $W/
+  setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
+fi
+if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then
+  cat $W/p/q?? >$W/m/qwen2.5-coder-1.5b.gguf
+  [ "$(sha256sum $W/m/qwen2.5-coder-1.5b.gguf | cut -d' ' -f1)" = \
+    cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ] &&
+    touch $W/m/real.ok || echo "SHA MISMATCH: qwen2.5-coder-1.5b"
+fi
+if [ -f $W/p/d0 ] && [ -f $W/p/d1 ] && [ ! -f $W/drafter.ok ]; then
+  cat $W/p/d0 $W/p/d1 | tar xf - -C $W && touch $W/drafter.ok
+fi
+
+# form_env NAME: the VAR=VALUE words of form NAME in ab.conf.
+form_env() { awk -v n="$1" '$1 == n { $1 = ""; print }' $W/ab.conf; }
+forms() { awk 'NF { print $1 }' $W/ab.conf; }
+
+if [ "$1" = job ]; then
+  export LD_LIBRARY_PATH=$W/bin PYTHONPATH=/root/site
+  B=$W/bin L=$W/logs
+  cd $W/src || exit 1
+  echo "job start $(date +%T)"
+  gen() {
+    python3 bench/gen_random_model.py --shape $1 --mix q4_k_m --tokenizer $W/qwen2.gguf \
+      --out $W/m/$2.gguf >$L/gen_$2.log 2>&1
+    touch $W/m/$2.ok
+  }
+  gen qwen2.5-1.5b r15 &
+  gen qwen2.5-7b r7 &
+  for f in $(forms); do
+    (cd $W && env $(form_env $f) timeout 300 $B/cuda_ops_test >$L/ops_$f.log 2>&1
+      echo "rc $?" >>$L/ops_$f.log)
+  done
+  while [ ! -f $W/m/r15.ok ]; do sleep 1; done
+  export SALVO_CUDA_TEST_DRAFTERS=$W/drt
+  for f in $(forms); do
+    for t in model dflash; do
+      env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/r15.gguf timeout 300 \
+        $B/cuda_${t}_test >$L/${t}_r15_$f.log 2>&1
+      echo "rc $?" >>$L/${t}_r15_$f.log
+    done
+  done
+  echo "tests done $(date +%T)"
+  sweep() {  # MODEL TAG REP
+    for f in $(forms); do
+      env $(form_env $f) $B/salvo bench --device cuda --model $1 -p 512 -n 128 -r 3 --verify \
+        --verify-rows 1,2,4,8,16,32,64 --verify-context 512 --json \
+        >$L/ab_$2_${f}_$3.json 2>>$L/ab.err
+    done
+  }
+  while [ ! -f $W/m/r7.ok ]; do sleep 1; done
+  for rep in 1 2; do sweep $W/m/r15.gguf r15 $rep; sweep $W/m/r7.gguf r7 $rep; done
+  echo "random sweeps done $(date +%T)"
+  if [ -n "$(ls $W/p/q?? 2>/dev/null)" ]; then
+    while [ ! -f $W/m/real.ok ]; do sleep 1; done
+    for f in $(forms); do
+      env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/qwen2.5-coder-1.5b.gguf timeout 300 \
+        $B/cuda_model_test >$L/model_real_$f.log 2>&1
+      echo "rc $?" >>$L/model_real_$f.log
+    done
+    for rep in 1 2; do sweep $W/m/qwen2.5-coder-1.5b.gguf real $rep; done
+    echo "real sweeps done $(date +%T)"
+  fi
+  if [ -n "$(ls $W/p/d? 2>/dev/null)" ]; then
+    while [ ! -f $W/drafter.ok ]; do sleep 1; done
+    for f in $(forms); do
+      env $(form_env $f) timeout 400 python3 bench/bench_spec.py --device cuda --skip-llama \
+        --draft-model none --salvo $B/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
+        --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
+        --max-tokens 192 --threads 4 --modes none auto dflash:adapter:7 >$L/spec_$f.log 2>&1
+    done
+  fi
+  echo "job done $(date +%T)"
+  exit 0
+fi
+
+[[ $2 =~ ^[0-9]+$ ]] && sleep "$2"
+echo "$(date +%T) | pieces $(ls $W/p | wc -l) | real $([ -f $W/m/real.ok ] && echo yes) |" \
+  "drafter $([ -f $W/drafter.ok ] && echo yes)"
+tail -n 4 $W/logs/job.log 2>/dev/null
+if [ "$1" = status ]; then
+  python3 $W/ab_summary.py $W/logs 2>&1 | tail -n 60
+  [ -n "$OUT" ] && tar czf $OUT/logs.tgz -C $W logs 2>/dev/null
+fi
+exit 0
