@@ -679,6 +679,13 @@ int half_blocks_knob() {
   static const int n = std::max(1, env_int("SALVO_HALF_BLOCKS_PER_SM", 2));
   return n;
 }
+// SALVO_HALF_SMALL_WARPS=W (4-8): the warps of the narrow, short matrices' blocks only (Q/K/V,
+// the attention output; 8 by default). Not yet measured: the 7B's Q/K/V is 288 blocks of 8 warps
+// at 125 registers, 2 blocks an SM (264 at once), so a second wave of 24; 5 warps fit 3 an SM.
+int small_warps_knob() {
+  static const int n = env_int("SALVO_HALF_SMALL_WARPS", 8);
+  return n;
+}
 
 // Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
 // matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
@@ -686,7 +693,8 @@ int half_blocks_knob() {
 // against 35.6 / 116). Splits fill about two blocks an SM where the tiles alone cannot.
 Shape shape_of(int tiles, int n_in, int total_out) {
   const int n_sb = n_in / 256;
-  int warps = n_in <= 4096 && total_out <= 8192 ? 8 : 4;
+  const int small = std::clamp(small_warps_knob(), 4, kMaxWarps);
+  int warps = n_in <= 4096 && total_out <= 8192 ? small : 4;
   const int knob = half_warps_knob();
   if (knob >= 1 && knob <= kMaxWarps) warps = knob;
   if (knob == -1) {
