@@ -262,10 +262,10 @@ __device__ __forceinline__ void load_rms(const HalfGroup& grp, int lane, float (
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
 // xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
 // is nt_stride uint4 further.
-// kPre (one n tile): the first step pair's fragments come in x0, loaded a chunk ahead (the
-// other pairs' loads are issued early enough by ptxas, the first one's was not: tile_sums).
+// One n tile: the first step pair's fragments come in x0, loaded a chunk ahead (the other
+// pairs' loads are issued early enough by ptxas, the first one's was not: tile_sums).
 // kPairs 4: half a chunk (load_half), its steps as 0-7.
-template <class F, int NT, bool kPre, int kPairs = 8>
+template <class F, int NT, int kPairs = 8>
 __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
                                             int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
 #pragma unroll
@@ -273,7 +273,7 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
     uint4 xv[NT];  // the activation fragments of steps 2p and 2p + 1, one uint4 per n tile
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
-      if constexpr (kPre) {
+      if constexpr (NT == 1) {
         xv[nt] = p == 0 ? x0 : __ldg(xs + nt * nt_stride + p * 32);
       } else {
         xv[nt] = __ldg(xs + nt * nt_stride + p * 32);
@@ -302,15 +302,14 @@ struct Unit {
   int sb = -1, half = -1;  // sb -1: none; half -1: the whole chunk
 };
 __device__ __forceinline__ Unit balanced_unit(int n_sb, int k, int stride, int i) {
-  const int n_full = n_sb / stride * stride;
-  const int n_whole = n_full / stride;  // every worker's whole chunks
+  const int n_whole = n_sb / stride, n_full = n_whole * stride;  // every worker's whole chunks
   if (i < n_whole) return {k + i * stride, -1};
   const int j = k + (i - n_whole) * stride;
   if (j < 2 * (n_sb - n_full)) return {n_full + j / 2, j % 2};
   return {};
 }
 
-template <class F, int NT>
+template <class F>
 __device__ __forceinline__ void load_unit(const uint8_t* base, Unit u, int lane,
                                           typename F::Regs& k) {
   const uint8_t* c = base + static_cast<int64_t>(u.sb) * F::kBytes;
@@ -329,7 +328,7 @@ __device__ __forceinline__ void balanced_tile_sums(const uint8_t* base, int n_sb
                                                    const HalfGroup& grp, float (&rms)[NT][2]) {
   Unit u = balanced_unit(n_sb, first, stride, 0);
   typename F::Regs cur, nxt;
-  if (u.sb >= 0) load_unit<F, NT>(base, u, lane, cur);
+  if (u.sb >= 0) load_unit<F>(base, u, lane, cur);
   pdl_enter();
   if constexpr (NT == 1) load_rms<NT>(grp, lane, rms);
 #pragma unroll
@@ -343,13 +342,13 @@ __device__ __forceinline__ void balanced_tile_sums(const uint8_t* base, int n_sb
   for (int i = 1; u.sb >= 0; ++i) {
     const Unit v = balanced_unit(n_sb, first, stride, i);
     if (v.sb >= 0) {
-      load_unit<F, NT>(base, v, lane, nxt);
+      load_unit<F>(base, v, lane, nxt);
       if constexpr (NT == 1) x0_next = __ldg(x_of(v));
     }
     if (u.half < 0) {
-      chunk_steps<F, NT, NT == 1, 8>(cur, x_of(u), nt_stride, acc, x0);
+      chunk_steps<F, NT, 8>(cur, x_of(u), nt_stride, acc, x0);
     } else {
-      chunk_steps<F, NT, NT == 1, 4>(cur, x_of(u), nt_stride, acc, x0);
+      chunk_steps<F, NT, 4>(cur, x_of(u), nt_stride, acc, x0);
     }
     cur = nxt;
     x0 = x0_next;
@@ -376,29 +375,22 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   // the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up at one
   // row, session 32: 31% of them on that load and the mma after it); with it, H200, random 7B
   // shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged).
+  uint4 x0 = {}, x0_next = {};
   if constexpr (NT == 1) {
-    uint4 x0 = {}, x0_next = {};
     if (sb < n_sb) x0 = __ldg(xs + sb * 256);
-    for (; sb < n_sb; sb += stride) {
-      const int next = sb + stride;
-      if (next < n_sb) {
-        F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-        x0_next = __ldg(xs + next * 256);
-      }
-      chunk_steps<F, NT, true>(cur, xs + sb * 256, nt_stride, acc, x0);
-      cur = nxt;
-      x0 = x0_next;
+  }
+  // One chunk loads while the one before it computes. (Two register sets taken in turn, without
+  // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
+  // 2.87, with 26% fewer instructions; not understood.)
+  for (; sb < n_sb; sb += stride) {
+    const int next = sb + stride;
+    if (next < n_sb) {
+      F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+      if constexpr (NT == 1) x0_next = __ldg(xs + next * 256);
     }
-  } else {
-    // One chunk loads while the one before it computes. (Two register sets taken in turn,
-    // without the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B
-    // 2.52 -> 2.87, with 26% fewer instructions; not understood.)
-    for (; sb < n_sb; sb += stride) {
-      const int next = sb + stride;
-      if (next < n_sb) F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-      chunk_steps<F, NT, false>(cur, xs + sb * 256, nt_stride, acc, uint4{});
-      cur = nxt;
-    }
+    chunk_steps<F, NT>(cur, xs + sb * 256, nt_stride, acc, x0);
+    cur = nxt;
+    x0 = x0_next;
   }
 }
 
