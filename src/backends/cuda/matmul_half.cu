@@ -101,16 +101,6 @@ struct FmtQ4K {
     k.sm[2] = ld_stream(sm + 32 * (g + 8));
     k.sm[3] = ld_stream(sm + 32 * (g + 8) + 16);
   }
-  // Steps 8 h .. 8 h + 7 only, into the registers of steps 0-7: step(k, s) for s < 8 then
-  // computes step 8 h + s (the words and shifts of s and s + 8 are the same).
-  static __device__ __forceinline__ void load_half(const uint8_t* c, int lane, int h, Regs& k) {
-    const int g = lane / 4;
-    k.q[0] = ld_stream(c + 16 * (32 * (2 * h) + lane));
-    k.q[1] = ld_stream(c + 16 * (32 * (2 * h + 1) + lane));
-    const uint8_t* sm = c + 2048;
-    k.sm[0] = ld_stream(sm + 32 * g + 16 * h);
-    k.sm[2] = ld_stream(sm + 32 * (g + 8) + 16 * h);
-  }
   // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
   // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
   // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
@@ -153,16 +143,6 @@ struct FmtQ6K {
     k.sc[1] = ld_stream(sc + 32 * g + 16);
     k.sc[2] = ld_stream(sc + 32 * (g + 8));
     k.sc[3] = ld_stream(sc + 32 * (g + 8) + 16);
-  }
-  // As FmtQ4K::load_half.
-  static __device__ __forceinline__ void load_half(const uint8_t* c, int lane, int h, Regs& k) {
-    const int g = lane / 4;
-    k.q[0] = ld_stream(c + 16 * (32 * (2 * h) + lane));
-    k.q[1] = ld_stream(c + 16 * (32 * (2 * h + 1) + lane));
-    k.h[0] = ld_stream(c + 2048 + 16 * (32 * h + lane));
-    const uint8_t* sc = c + 3072;
-    k.sc[0] = ld_stream(sc + 32 * g + 16 * h);
-    k.sc[2] = ld_stream(sc + 32 * (g + 8) + 16 * h);
   }
   // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
   // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
@@ -264,12 +244,11 @@ __device__ __forceinline__ void load_rms(const HalfGroup& grp, int lane, float (
 // is nt_stride uint4 further.
 // One n tile: the first step pair's fragments come in x0, loaded a chunk ahead (the other
 // pairs' loads are issued early enough by ptxas, the first one's was not: tile_sums).
-// kPairs 4: half a chunk (load_half), its steps as 0-7.
-template <class F, int NT, int kPairs = 8>
+template <class F, int NT>
 __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
                                             int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
 #pragma unroll
-  for (int p = 0; p < kPairs; ++p) {
+  for (int p = 0; p < 8; ++p) {
     uint4 xv[NT];  // the activation fragments of steps 2p and 2p + 1, one uint4 per n tile
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) {
@@ -288,71 +267,6 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
         mma16816(acc[nt], a, h == 0 ? xv[nt].x : xv[nt].z, h == 0 ? xv[nt].y : xv[nt].w);
       }
     }
-  }
-}
-
-// SALVO_HALF_BALANCE=1 (opt-in, not yet measured): the super-blocks left over after every
-// worker (warp of a split) has taken the same number are cut in halves and those dealt out in
-// turn, so a 7B gate/up tile (14 over 4 warps: 4, 4, 3, 3 before) gives each warp 3.5 and a
-// 1.5B one (6: 2, 2, 1, 1) 1.5. ncu found 13.5% of the 7B gate/up's stall samples in warps
-// waiting at add_warps' barrier for the others (session 32). Worker k's units: the whole
-// chunks k, k + stride, ... below n_full, then halves k, k + stride, ... of the rest. The
-// order depends on the shape alone.
-struct Unit {
-  int sb = -1, half = -1;  // sb -1: none; half -1: the whole chunk
-};
-__device__ __forceinline__ Unit balanced_unit(int n_sb, int k, int stride, int i) {
-  const int n_whole = n_sb / stride, n_full = n_whole * stride;  // every worker's whole chunks
-  if (i < n_whole) return {k + i * stride, -1};
-  const int j = k + (i - n_whole) * stride;
-  if (j < 2 * (n_sb - n_full)) return {n_full + j / 2, j % 2};
-  return {};
-}
-
-template <class F>
-__device__ __forceinline__ void load_unit(const uint8_t* base, Unit u, int lane,
-                                          typename F::Regs& k) {
-  const uint8_t* c = base + static_cast<int64_t>(u.sb) * F::kBytes;
-  if (u.half < 0) {
-    F::load(c, lane, k);
-  } else {
-    F::load_half(c, lane, u.half, k);
-  }
-}
-
-// The sums of one tile over its units (balanced_unit): whole chunks and halves.
-template <class F, int NT>
-__device__ __forceinline__ void balanced_tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
-                                                   int64_t nt_stride, int first, int stride,
-                                                   int lane, float (&acc)[NT][4],
-                                                   const HalfGroup& grp, float (&rms)[NT][2]) {
-  Unit u = balanced_unit(n_sb, first, stride, 0);
-  typename F::Regs cur, nxt;
-  if (u.sb >= 0) load_unit<F>(base, u, lane, cur);
-  pdl_enter();
-  if constexpr (NT == 1) load_rms<NT>(grp, lane, rms);
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  // A unit's activations start at pair 0 or 4 of its super-block.
-  auto x_of = [&](Unit v) { return xs + v.sb * 256 + (v.half > 0 ? 4 * 32 : 0); };
-  uint4 x0 = {}, x0_next = {};
-  if constexpr (NT == 1) {
-    if (u.sb >= 0) x0 = __ldg(x_of(u));
-  }
-  for (int i = 1; u.sb >= 0; ++i) {
-    const Unit v = balanced_unit(n_sb, first, stride, i);
-    if (v.sb >= 0) {
-      load_unit<F>(base, v, lane, nxt);
-      if constexpr (NT == 1) x0_next = __ldg(x_of(v));
-    }
-    if (u.half < 0) {
-      chunk_steps<F, NT, 8>(cur, x_of(u), nt_stride, acc, x0);
-    } else {
-      chunk_steps<F, NT, 4>(cur, x_of(u), nt_stride, acc, x0);
-    }
-    cur = nxt;
-    x0 = x0_next;
-    u = v;
   }
 }
 
@@ -526,7 +440,7 @@ __device__ __forceinline__ void residual_tile(const HalfGroup& grp, const HalfPa
 }
 
 // grid (tiles of the group, splits); blockDim.x / 32 warps.
-template <class F, int NT, bool kBalance>
+template <class F, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -537,14 +451,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4], rms[NT][2];
-  if constexpr (kBalance) {
-    balanced_tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                              static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                              acc, grp, rms);
-  } else {
-    tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
-                     ks * W + warp, W * n_split, lane, acc, grp, rms);
-  }
+  tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
+                   ks * W + warp, W * n_split, lane, acc, grp, rms);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -671,22 +579,13 @@ int half_blocks_knob() {
   static const int n = std::max(1, env_int("SALVO_HALF_BLOCKS_PER_SM", 2));
   return n;
 }
-// SALVO_HALF_SMALL_WARPS=W (4-8): the warps of the narrow, short matrices' blocks only (Q/K/V,
-// the attention output; 8 by default). Not yet measured: the 7B's Q/K/V is 288 blocks of 8 warps
-// at 125 registers, 2 blocks an SM (264 at once), so a second wave of 24; 5 warps fit 3 an SM.
-int small_warps_knob() {
-  static const int n = env_int("SALVO_HALF_SMALL_WARPS", 8);
-  return n;
-}
-
 // Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
 // matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
 // 64 rows: 7B q/o 7.3 / 24 us at 8 warps against 10.2 / 38 at 4, but 7B gate+up 35.6 / 203
 // against 35.6 / 116). Splits fill about two blocks an SM where the tiles alone cannot.
 Shape shape_of(int tiles, int n_in, int total_out) {
   const int n_sb = n_in / 256;
-  const int small = std::clamp(small_warps_knob(), 4, kMaxWarps);
-  int warps = n_in <= 4096 && total_out <= 8192 ? small : 4;
+  int warps = n_in <= 4096 && total_out <= 8192 ? 8 : 4;
   const int knob = half_warps_knob();
   if (knob >= 1 && knob <= kMaxWarps) warps = knob;
   if (knob == -1) {
@@ -703,16 +602,10 @@ Shape shape_of(int tiles, int n_in, int total_out) {
   return {warps, splits};
 }
 
-bool balance_knob() {  // SALVO_HALF_BALANCE=1: balanced_tile_sums (A/B)
-  static const bool on = env_int("SALVO_HALF_BALANCE", 0) != 0;
-  return on;
-}
-
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
-  if (balance_knob()) return launch(half_kernel<F, NT, true>, grid, 32 * warps, 0, stream, grp);
-  launch(half_kernel<F, NT, false>, grid, 32 * warps, 0, stream, grp);
+  launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
 }
 
 template <class F>
