@@ -357,47 +357,54 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     # The schedule's fraction at which each shard hands over (shards_once): its share of the steps.
     ends = list(np.cumsum(per_shard) / sum(per_shard)) if shards_once else [1.0] * len(shards)
     ends[-1] = 1.0
-    t0, feat_s, curve, step, done = time.time(), 0.0, [], 0, False
-    while not done:
-        for j, (sh, n_steps) in enumerate(zip(shards, per_shard)):
-            if done or step >= total:
-                done = True
+    t0, feat_s, curve, step = time.time(), 0.0, [], 0
+
+    def one_pass(j):
+        """A pass over shard j in random order: "done" when the schedule ends, "next" when the
+        shard's share does (shards_once), else "more"."""
+        nonlocal step
+        perm = list(shards[j])
+        rng.shuffle(perm)
+        for b in range(per_shard[j]):
+            busy = time.time() - t0 - feat_s
+            frac = max(step / total, busy / (max_minutes * 60) if max_minutes else 0.0)
+            if ranks and ranks.world > 1:
+                frac = ranks.max(frac, params[0].device)
+            if step >= total or frac >= 1:
+                return "done"
+            if frac >= ends[j]:
+                return "next"
+            cur = lr * min(1, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * frac))
+            for g in opt.param_groups:
+                g["lr"] = cur
+            loss, acc = step_fn(perm[b * batch:(b + 1) * batch])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            if ranks:
+                ranks.average_grads(params)
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            if step % log_every == 0:
+                curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
+                              "lr": cur, "s": round(time.time() - t0, 1)})
+                log(name, curve[-1])
+            step += 1
+        return "more"
+
+    state = "more"
+    while state != "done":
+        for j, sh in enumerate(shards):
+            if step >= total:
+                state = "done"
                 break
             feat_s += store.load(sh)
-            handed_over = False
-            while not (done or handed_over):
-                perm = list(sh)
-                rng.shuffle(perm)
-                for b in range(n_steps):
-                    busy = time.time() - t0 - feat_s
-                    frac = max(step / total, busy / (max_minutes * 60) if max_minutes else 0.0)
-                    if ranks and ranks.world > 1:
-                        frac = ranks.max(frac, params[0].device)
-                    if step >= total or frac >= 1:
-                        done = True
-                        break
-                    if shards_once and frac >= ends[j]:
-                        handed_over = True
-                        break
-                    cur = lr * min(1, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * frac))
-                    for g in opt.param_groups:
-                        g["lr"] = cur
-                    loss, acc = step_fn(perm[b * batch:(b + 1) * batch])
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    if ranks:
-                        ranks.average_grads(params)
-                    torch.nn.utils.clip_grad_norm_(params, 1.0)
-                    opt.step()
-                    if step % log_every == 0:
-                        curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
-                                      "lr": cur, "s": round(time.time() - t0, 1)})
-                        log(name, curve[-1])
-                    step += 1
-                if not shards_once:
-                    break  # one pass over this shard, then the next shard's turn
+            state = one_pass(j)
+            while shards_once and state == "more":  # this shard's passes in a row
+                state = one_pass(j)
+            if state == "done":
+                break
         if shards_once:
-            done = True
+            break
     n = sum(len(s) for s in shards)
     return curve, step, time.time() - t0 - feat_s, feat_s, step * batch / n
 
