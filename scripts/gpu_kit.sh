@@ -4,7 +4,7 @@
 # then status calls. Needs build/release configured with -DSALVO_CUDA_TESTS=ON and built
 # (salvo cuda_ops_test cuda_model_test cuda_dflash_test).
 #
-#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter]
+#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]
 #
 # KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
 # generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
@@ -12,32 +12,41 @@
 # without it only the default is measured. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
+# --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
+# with KIT_BIN=alt, so two builds are compared in one window; KIT.alt (~35 MB) travels in a call
+# of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt].
 # Then, from the device tool, carrying only what each call needs:
 #   call 1:     bash KIT/run.sh start 3                 carry [KIT]
 #   per piece:  bash KIT/run.sh piece                   carry [KIT/run.sh, .gpu/q/qNN]
 #   then:       bash KIT/run.sh status 90               carry [KIT/run.sh]   (returns logs.tgz)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter]}
+kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]}
 shift
-ab="" real=0 drafter=0
+ab="" real=0 drafter=0 alt=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ab) ab=$2; shift 2 ;;
     --real) real=1; shift ;;
     --drafter) drafter=1; shift ;;
+    --alt) alt=$(cd "$2" && pwd); shift 2 ;;
     *) echo "gpu_kit.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 models=${SALVO_MODELS:-$root/models}
 build=$root/build/release
-for b in salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test; do
-  [[ -x $build/$b ]] || { echo "gpu_kit.sh: $build/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }
+bins="salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test"
+for d in "$build" $alt; do
+  for b in $bins; do
+    [[ -x $d/$b ]] || { echo "gpu_kit.sh: $d/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }
+  done
 done
-rm -rf "$kit" && mkdir -p "$kit/bin" "$kit/whl"
-for b in salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test; do
-  gzip -c "$build/$b" >"$kit/bin/$(basename "$b").gz"
-done
+rm -rf "$kit" "$kit.alt" && mkdir -p "$kit/bin" "$kit/whl"
+for b in $bins; do gzip -c "$build/$b" >"$kit/bin/$(basename "$b").gz"; done
+if [[ -n $alt ]]; then
+  mkdir -p "$kit.alt"
+  for b in $bins; do gzip -c "$alt/$b" >"$kit.alt/$(basename "$b").gz"; done
+fi
 fmt=$(ldd "$build/salvo" | awk '/libfmt/ {print $3}')
 [[ -n $fmt ]] && cp "$fmt" "$kit/bin/"
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$kit/whl" gguf==0.19.0
@@ -57,4 +66,4 @@ if [[ $drafter == 1 ]]; then
   split -n 2 -d -a 1 "$root/.gpu/d/all.tar" "$root/.gpu/d/d"
   rm "$root/.gpu/d/all.tar"
 fi
-du -sh "$kit"
+du -sh "$kit" ${alt:+"$kit.alt"}

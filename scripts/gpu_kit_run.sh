@@ -2,7 +2,7 @@
 # A kit's per-call script on the GPU machine (scripts/gpu_kit.sh writes it as KIT/run.sh); run
 # from the repository root of the device's copy of the tree.
 #   run.sh start N   first call (carries the kit): unpack, start the job, wait N s
-#   run.sh piece     a call carrying one model piece (.gpu/q/qNN or .gpu/d/dN)
+#   run.sh piece     a call carrying one model piece (.gpu/q/qNN or .gpu/d/dN), or KIT.alt
 #   run.sh status N  wait N s, print the job's progress and summary; logs.tgz into $OUT
 # The job (in the background): random Qwen2.5-1.5B and 7B shapes (Q4_K_M) generated there; the
 # CUDA tests (ops, model and DFlash on the random 1.5B) for every A/B form of ab.conf; then
@@ -10,7 +10,8 @@
 # on both shapes, the forms alternated, two runs each; with the real model's 20 pieces, its
 # model test and sweeps; with the drafter's 2 pieces, bench_spec (none, auto, dflash:adapter:7)
 # per form. Each call copies the pieces it carries, so a replaced machine shows as missing ones
-# (read `warm` in every result).
+# (read `warm` in every result). A form with KIT_BIN=alt runs the binaries of KIT.alt (another
+# build, gpu_kit.sh --alt), which come in a call of their own: its steps wait for them.
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/kit
 mkdir -p $W/p $W/m $W/logs
@@ -32,6 +33,11 @@ if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; the
     cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ] &&
     touch $W/m/real.ok || echo "SHA MISMATCH: qwen2.5-coder-1.5b"
 fi
+if [ -d "$kit.alt" ] && [ ! -f $W/alt.ok ]; then
+  mkdir -p $W/bin/alt
+  for f in "$kit.alt"/*.gz; do gunzip -c "$f" >$W/bin/alt/$(basename "$f" .gz); done
+  chmod +x $W/bin/alt/* && touch $W/alt.ok
+fi
 if [ -f $W/p/d0 ] && [ -f $W/p/d1 ] && [ ! -f $W/drafter.ok ]; then
   cat $W/p/d0 $W/p/d1 | tar xf - -C $W && touch $W/drafter.ok
 fi
@@ -39,10 +45,17 @@ fi
 # form_env NAME: the VAR=VALUE words of form NAME in ab.conf.
 form_env() { awk -v n="$1" '$1 == n { $1 = ""; print }' $W/ab.conf; }
 forms() { awk 'NF { print $1 }' $W/ab.conf; }
+# bin_of NAME: the folder of form NAME's binaries (KIT_BIN=alt: the other build's, once here).
+bin_of() {
+  case " $(form_env "$1") " in
+    *" KIT_BIN=alt "*) while [ ! -f $W/alt.ok ]; do sleep 1; done; echo $W/bin/alt ;;
+    *) echo $W/bin ;;
+  esac
+}
 
 if [ "$1" = job ]; then
   export LD_LIBRARY_PATH=$W/bin PYTHONPATH=/root/site
-  B=$W/bin L=$W/logs
+  L=$W/logs
   cd $W/src || exit 1
   echo "job start $(date +%T)"
   gen() {
@@ -53,7 +66,7 @@ if [ "$1" = job ]; then
   gen qwen2.5-1.5b r15 &
   gen qwen2.5-7b r7 &
   for f in $(forms); do
-    (cd $W && env $(form_env $f) timeout 300 $B/cuda_ops_test >$L/ops_$f.log 2>&1
+    (cd $W && env $(form_env $f) timeout 300 $(bin_of $f)/cuda_ops_test >$L/ops_$f.log 2>&1
       echo "rc $?" >>$L/ops_$f.log)
   done
   while [ ! -f $W/m/r15.ok ]; do sleep 1; done
@@ -61,14 +74,14 @@ if [ "$1" = job ]; then
   for f in $(forms); do
     for t in model dflash; do
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/r15.gguf timeout 300 \
-        $B/cuda_${t}_test >$L/${t}_r15_$f.log 2>&1
+        $(bin_of $f)/cuda_${t}_test >$L/${t}_r15_$f.log 2>&1
       echo "rc $?" >>$L/${t}_r15_$f.log
     done
   done
   echo "tests done $(date +%T)"
   sweep() {  # MODEL TAG REP
     for f in $(forms); do
-      env $(form_env $f) $B/salvo bench --device cuda --model $1 -p 512 -n 128 -r 3 --verify \
+      env $(form_env $f) $(bin_of $f)/salvo bench --device cuda --model $1 -p 512 -n 128 -r 3 --verify \
         --verify-rows 1,2,4,8,16,32,64 --verify-context 512 --json \
         >$L/ab_$2_${f}_$3.json 2>>$L/ab.err
     done
@@ -80,7 +93,7 @@ if [ "$1" = job ]; then
     while [ ! -f $W/m/real.ok ]; do sleep 1; done
     for f in $(forms); do
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/qwen2.5-coder-1.5b.gguf timeout 300 \
-        $B/cuda_model_test >$L/model_real_$f.log 2>&1
+        $(bin_of $f)/cuda_model_test >$L/model_real_$f.log 2>&1
       echo "rc $?" >>$L/model_real_$f.log
     done
     for rep in 1 2; do sweep $W/m/qwen2.5-coder-1.5b.gguf real $rep; done
@@ -90,7 +103,7 @@ if [ "$1" = job ]; then
     while [ ! -f $W/drafter.ok ]; do sleep 1; done
     for f in $(forms); do
       env $(form_env $f) timeout 400 python3 bench/bench_spec.py --device cuda --skip-llama \
-        --draft-model none --salvo $B/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
+        --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
         --max-tokens 192 --threads 4 --modes none auto dflash:adapter:7 >$L/spec_$f.log 2>&1
     done
