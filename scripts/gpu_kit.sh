@@ -13,7 +13,7 @@
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
-# with KIT_BIN=alt, so two builds are compared in one window; KIT.alt (~35 MB) travels in a call
+# with KIT_BIN=alt, so two builds are compared in one window; KIT.alt (~30 MB) travels in a call
 # of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt].
 # Then, from the device tool, carrying only what each call needs:
 #   call 1:     bash KIT/run.sh start 3                 carry [KIT]
