@@ -49,7 +49,13 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   # Earlier runs' prompts with their continuations (their generated.json.gz, kept as
   # data_<name>.<tag>.json.gz) join this run's make_data.py file: only the new prompts are generated.
   data=$W/data_$name.json.gz; for f in $W/data_$name.*.json.gz; do [ -f "$f" ] && data=$data,$f; done
-  setsid nohup bash -c "${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $data \
+  # A kit's job on this machine (scripts/gpu_kit_run.sh: its A/B runs while the pieces travel)
+  # has the GPU first: the run waits for its "job done", at most QKITWAIT seconds (default 900),
+  # so the upload calls can all be the same and training starts by itself after the last piece
+  # (session 34 lost its run to a separate start call that came too late).
+  setsid nohup bash -c "w=0; while [ -f /root/kit/started ] && ! grep -q 'job done' /root/kit/logs/job.log 2>/dev/null \
+    && [ \$w -lt ${QKITWAIT:-900} ]; do sleep 3; w=\$((w + 3)); done; echo \$w > $W/$name.kitwait
+    ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $data \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
 # Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
