@@ -360,9 +360,9 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   }
 }
 
-// grid (tiles of the group, splits); blockDim.x / 32 warps.
+// A kernel's work: grid (tiles of the group, splits); blockDim.x / 32 warps.
 template <class F, int NT>
-__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
+__device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int part = 0;
@@ -439,6 +439,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
       }
     }
   }
+}
+
+template <class F, int NT>
+__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
+  half_tiles<F, NT>(grp);
+}
+
+// The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
+// gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
+// passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
+// on them moved the 32- and 64-row forms to 222-255 registers.
+template <class F>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
+  half_tiles<F, 2>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -523,7 +537,11 @@ Shape shape_of(int tiles, int n_in, int total_out) {
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
-  launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
+  if constexpr (NT == 2) {
+    launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
+  } else {
+    launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
+  }
 }
 
 template <class F>
