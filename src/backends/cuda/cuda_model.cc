@@ -122,16 +122,6 @@ bool rope_fusion_enabled() {
   return on;
 }
 
-// The RMSNorms between kHalf matmuls end in the matmuls' epilogues (ResidualNorm, in_rms) with
-// SALVO_CUDA_FUSED_NORM=1; off by default until measured on the H200 in this form (session 31
-// measured two others: the last tile adding every row's factors, random 7B 1 row 2.505 ->
-// 2.442 ms but 8 rows 2.72 -> 3.04 and 64 rows 10.0 -> 13.7; every launch adding up to 8 rows'
-// factors itself, 1 row 2.51 -> 2.73).
-bool norm_fusion_enabled() {
-  const char* v = std::getenv("SALVO_CUDA_FUSED_NORM");
-  return v != nullptr && std::atoi(v) != 0;
-}
-
 // The rows of w (and its bias) in rope_row_order's order: the host copies that upload reads.
 struct PermutedRows {
   std::vector<uint8_t> data;
@@ -458,15 +448,6 @@ class CudaModel : public Model {
           weights_.upload_gated(l.ffn_gate.weight, l.ffn_up.weight,
                                 variant_of(d.ffn_down.shape) == MatmulVariant::kHalf, &d.ffn));
     }
-    norm_fused_ = norm_fusion_enabled() && output_half_.shape.w != nullptr && c.n_embd % 32 == 0;
-    const auto half = [](const DeviceLinear& l) {
-      return variant_of(l.shape) == MatmulVariant::kHalf;
-    };
-    for (const DeviceLayer& d : layers_) {
-      norm_fused_ = norm_fused_ && half(d.wq) && half(d.wk) && half(d.wv) && half(d.wo) &&
-                    half(d.ffn_down) &&
-                    (d.ffn.fused.shape.w != nullptr || (half(d.ffn.gate) && half(d.ffn.up)));
-    }
     return Status();
   }
 
@@ -525,15 +506,6 @@ class CudaModel : public Model {
     grow(xq_meta_, rows * (widest / 32 + 1) * sizeof(Q8Meta));
     grow(xh_, half_frag_rows(n) * widest * sizeof(uint16_t));
     grow(xh_out_, half_frag_rows(n) * widest * sizeof(uint16_t));
-    if (norm_fused_) {
-      grow(norm_sq_, rows * (c.n_embd / 16) * f);
-      grow(norm_rms_, rows * f);
-      grow(norm_rms_head_, static_cast<size_t>(n_logits) * f);
-      if (norm_done_.get() == nullptr) {
-        grow(norm_done_, sizeof(int));
-        SALVO_CUDA_CHECK(cudaMemset(norm_done_.get(), 0, sizeof(int)));
-      }
-    }
     grow(meta_, (7 * rows + n_seq) * sizeof(int32_t));
     grow(meta_host_, (7 * rows + n_seq) * sizeof(int32_t));
     return moved;
@@ -584,29 +556,6 @@ class CudaModel : public Model {
     p.n_rows = n;
     p.y = y;
     matmul(p, stream_);
-  }
-
-  // x += in l^T with the next norm (weight w) begun in the epilogue: its x * w fragments to
-  // `normed` and the rows' factors to norm_rms_ (ResidualNorm): added up by the launch's last
-  // tile up to kNormEpilogueRows rows, by rms_from_sq (the same bits) in wider passes, where
-  // one tile adding every row's sums would hold the launch up (session 31: 64-row passes 10.0
-  // -> 13.7 ms on the 7B shape). Its own input is never a fused norm's output.
-  void residual_linear(const DeviceLinear& l, const Q8Rows& in, int n, float* x, const float* w,
-                       uint16_t* normed) {
-    const bool in_epilogue = n <= kNormEpilogueRows;
-    MatmulParams p = linear_call(l, nullptr, in, n, nullptr);
-    p.residual = {.x = x,
-                  .w = w,
-                  .h = normed,
-                  .sq = norm_sq_.get<float>(),
-                  .rms = in_epilogue ? norm_rms_.get<float>() : nullptr,
-                  .done = norm_done_.get<int>(),
-                  .eps = config_.rms_eps};
-    matmul(p, stream_);
-    if (!in_epilogue) {
-      rms_from_sq(norm_sq_.get<float>(), n, config_.n_embd, config_.rms_eps, norm_rms_.get<float>(),
-                  stream_);
-    }
   }
 
   // The pass of an architecture behind a DevicePass, on this model's buffers.
@@ -666,27 +615,13 @@ class CudaModel : public Model {
     const int64_t ne = static_cast<int64_t>(n) * c.n_embd;
 
     embed(token_embd_.shape.type, token_embd_.shape.w, c.n_embd, tokens, n, x, stream_);
-    // With the fused norms (norm_fused_), no norm kernel runs after the first (up to 8 rows):
-    // the output projection and the down projection add their product to x in their epilogues
-    // and write the fragments of x * w of the next norm into `normed` with the rows' 1 / rms,
-    // which the next matmuls apply to their sums (residual_linear); `inner` holds the
-    // attention's output and the gated activation's fragments (a launch never writes the
-    // buffer it reads).
-    const bool fused = norm_fused_;
-    uint16_t* normed = xq_buffer().h_out;
-    uint16_t* inner = xq_buffer().h;
-    float* rms = fused ? norm_rms_.get<float>() : nullptr;
-    if (fused && runs("norm")) {
-      norm_frags(x, layers_[0].attn_norm, n, c.n_embd, c.rms_eps, normed, norm_sq_.get<float>(),
-                 rms, stream_);
-    }
     for (int il = 0; il < c.n_layer; ++il) {
       const DeviceLayer& l = layers_[il];
       const KvLayerView kvl = dev_kv.layer(il);
       // Attention block. h holds the previous block's output: its residual add is fused here,
       // and so is the int8 form of the norm's output that the Q/K/V matmuls read.
-      const Q8Out hq = fused ? Q8Out{.h = normed} : q8_for(n, {&l.wq, &l.wk, &l.wv});
-      if (!fused && runs("norm")) {
+      const Q8Out hq = q8_for(n, {&l.wq, &l.wk, &l.wv});
+      if (runs("norm")) {
         rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
       }
       // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
@@ -704,10 +639,10 @@ class CudaModel : public Model {
           rope_linears({{&l.wq, q, HalfRole::kRopeQ},
                         {&l.wk, k, HalfRole::kRopeK},
                         {&l.wv, v, HalfRole::kStoreV}},
-                       h, as_rows(hq), n, re, stream_, rms);
+                       h, as_rows(hq), n, re, stream_);
         }
       } else if (runs("qkv")) {
-        cuda::linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n, stream_, rms);
+        cuda::linears({{&l.wq, q}, {&l.wk, k}, {&l.wv, v}}, h, as_rows(hq), n, stream_);
       }
       if (!rope_done && runs("rope")) {
         rope_store_kv({.batch = bv,
@@ -743,56 +678,21 @@ class CudaModel : public Model {
       const Q8Rows aq_rows = aq.q != nullptr || aq.h != nullptr
                                  ? as_rows(aq)
                                  : quantize_input(attn, n, c.n_head * c.head_dim_v, {&l.wo});
-      if (runs("wo")) {
-        if (fused) {
-          residual_linear(l.wo, aq_rows, n, x, l.ffn_norm, normed);
-        } else {
-          linear(l.wo, attn, aq_rows, n, h);
-        }
-      }
+      if (runs("wo")) linear(l.wo, attn, aq_rows, n, h);
       // Feed-forward block (SwiGLU), after x += h.
-      const Q8Out fq = fused ? Q8Out{.h = normed} : q8_for_ffn(xq_buffer(), n, l.ffn);
-      if (!fused && runs("norm")) {
-        rms_norm_q8(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, fq, stream_);
-      }
-      const Q8Out gq = fused ? Q8Out{.h = inner} : q8_out_for(xq_buffer(), n, {&l.ffn_down});
+      const Q8Out fq = q8_for_ffn(xq_buffer(), n, l.ffn);
+      if (runs("norm")) rms_norm_q8(x, h, l.ffn_norm, h, n, c.n_embd, c.rms_eps, fq, stream_);
+      const Q8Out gq = q8_out_for(xq_buffer(), n, {&l.ffn_down});
       if (runs("gateup")) {  // with the activation
-        gated_ffn(GatedAct::kSilu, l.ffn, gate, up, h, as_rows(fq), n, c.n_ff, gq, stream_, rms);
+        gated_ffn(GatedAct::kSilu, l.ffn, gate, up, h, as_rows(fq), n, c.n_ff, gq, stream_);
       }
-      if (runs("down")) {
-        if (fused) {
-          const float* next = il + 1 < c.n_layer ? layers_[il + 1].attn_norm : output_norm_;
-          residual_linear(l.ffn_down, as_rows(gq), n, x, next, normed);
-        } else {
-          linear(l.ffn_down, gate, as_rows(gq), n, h);
-        }
-      }
-      // The block's output is x + h (the next block's norm adds them; the fused pass has added
-      // them already): [n, slots, n_embd].
+      if (runs("down")) linear(l.ffn_down, gate, as_rows(gq), n, h);
+      // The block's output is x + h (the next block's norm adds them): [n, slots, n_embd].
       for (size_t slot = 0; slot < hidden_layers.size(); ++slot) {
         if (hidden_layers[slot] != il) continue;
-        store_hidden(x, fused ? nullptr : h, n, c.n_embd, static_cast<int>(slot),
+        store_hidden(x, h, n, c.n_embd, static_cast<int>(slot),
                      static_cast<int>(hidden_layers.size()), hidden_.get<float>(), stream_);
       }
-    }
-    if (fused) {
-      // The head reads the last down projection's x * output_norm and the rows' factors,
-      // gathered first where only some rows take logits.
-      const float* head_rms = rms;
-      Q8Rows head_in{.h = normed};
-      if (n_logits != n) {
-        gather_frag_rows(normed, rms, logit_rows, n_logits, c.n_embd, inner,
-                         norm_rms_head_.get<float>(), stream_);
-        head_in.h = inner;
-        head_rms = norm_rms_head_.get<float>();
-      }
-      if (runs("head")) {
-        MatmulParams p =
-            linear_call(output_half_, nullptr, head_in, n_logits, logits_.get<float>(), head_rms);
-        matmul(p, stream_);
-      }
-      SALVO_CUDA_CHECK(cudaGetLastError());
-      return;
     }
     // Only the rows whose logits are read go through the LM head.
     float* lr = logit_rows_.get<float>();
@@ -829,11 +729,7 @@ class CudaModel : public Model {
   DeviceBuffer xq_, xq_meta_;  // the int8 form of the current matmul input
   DeviceBuffer xh_;            // its fp16 fragments (kHalf)
   DeviceBuffer xh_out_;        // the gated activation's fragments (Q8Buffer::h_out)
-  // The fused norms (ResidualNorm): the per-tile sums of squares, the rows' factors (and those
-  // of the rows that take logits), the last tile's counter.
-  bool norm_fused_ = false;
-  DeviceBuffer norm_sq_, norm_rms_, norm_rms_head_, norm_done_;
-  DeviceBuffer argmax_;  // [n_logits] ids of forward_layers_argmax
+  DeviceBuffer argmax_;        // [n_logits] ids of forward_layers_argmax
   DeviceBuffer argmax_scratch_;
   DeviceBuffer top_ids_, top_values_;  // [n_logits, k] of forward_layers_top (outside the graphs)
   DeviceBuffer top_scratch_;

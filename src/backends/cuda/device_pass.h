@@ -104,36 +104,32 @@ inline void matmul_runs(MatmulParams* parts, int n, cudaStream_t stream) {
     }
   }
 }
-// in_rms: MatmulParams::in_rms (the input is a fused norm's x * w).
 inline MatmulParams linear_call(const DeviceLinear& l, const float* x, const Q8Rows& xq, int n,
-                                float* y, const float* in_rms = nullptr) {
+                                float* y) {
   MatmulParams p = l.shape;
   p.x = x;
   p.xq = xq;
   p.n_rows = n;
   p.y = y;
-  p.in_rms = in_rms;
   return p;
 }
 
 // Linears over one input x [n, n_in] whose int8 form (where their kernels read one) a fused op
 // already wrote to xq (at most three), in as few launches as their types allow.
 inline void linears(std::initializer_list<std::pair<const DeviceLinear*, float*>> outs,
-                    const float* x, const Q8Rows& xq, int n, cudaStream_t stream,
-                    const float* in_rms = nullptr) {
+                    const float* x, const Q8Rows& xq, int n, cudaStream_t stream) {
   SALVO_CHECK(outs.size() <= 3);
   MatmulParams parts[3];
   int count = 0;
-  for (const auto& [l, y] : outs) parts[count++] = linear_call(*l, x, xq, n, y, in_rms);
+  for (const auto& [l, y] : outs) parts[count++] = linear_call(*l, x, xq, n, y);
   matmul_runs(parts, count, stream);
 }
 
 // gate = act(x gate^T) * (x up^T) [n, n_ff] with its int8 / fp16 form (out) for the down
 // projection: in the gate/up launch itself where f is fused, else the two matrices' launch and
-// gated_act_q8. u is scratch; in_rms as linear_call's.
+// gated_act_q8. u is scratch.
 inline void gated_ffn(GatedAct act, const DeviceGatedFfn& f, float* g, float* u, const float* x,
-                      const Q8Rows& xq, int n, int n_ff, const Q8Out& out, cudaStream_t stream,
-                      const float* in_rms = nullptr) {
+                      const Q8Rows& xq, int n, int n_ff, const Q8Out& out, cudaStream_t stream) {
   if (f.fused.shape.w != nullptr) {
     // The down projection reads only the fp16 fragments (upload_gated checked its type), which
     // must not be the buffer this launch reads.
@@ -145,11 +141,10 @@ inline void gated_ffn(GatedAct act, const DeviceGatedFfn& f, float* g, float* u,
     p.y = g;
     p.gated_act = act;
     p.gated_h = out.h;
-    p.in_rms = in_rms;
     matmul(p, stream);
     return;
   }
-  linears({{&f.gate, g}, {&f.up, u}}, x, xq, n, stream, in_rms);
+  linears({{&f.gate, g}, {&f.up, u}}, x, xq, n, stream);
   gated_act_q8(act, g, u, n, n_ff, out, stream);
 }
 
@@ -161,14 +156,13 @@ struct RopeLinear {
   HalfRole role;
 };
 inline void rope_linears(std::initializer_list<RopeLinear> outs, const float* x, const Q8Rows& xq,
-                         int n, const RopeEpilogue& re, cudaStream_t stream,
-                         const float* in_rms = nullptr) {
+                         int n, const RopeEpilogue& re, cudaStream_t stream) {
   SALVO_CHECK(outs.size() <= 3);
   MatmulParams parts[3];
   int count = 0;
   for (const RopeLinear& o : outs) {
     MatmulParams& p = parts[count++];
-    p = linear_call(*o.l, x, xq, n, o.y, in_rms);
+    p = linear_call(*o.l, x, xq, n, o.y);
     p.role = o.role;
     p.rope = re;
   }

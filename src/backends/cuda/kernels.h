@@ -148,25 +148,6 @@ inline bool rope_in_epilogue(int64_t n_rows) { return n_rows <= 8; }
 bool rope_rows_supported(int head_dim, int n_rot);
 std::vector<int> rope_row_order(int n_heads, int head_dim, int n_rot, bool neox);
 
-// A kHalf epilogue that ends a block's residual branch and begins the next RMSNorm
-// (MatmulParams::residual), so that no norm kernel runs between two kHalf matmuls: x += y (y
-// itself is not written), the fp16 fragments of x * w for the next matmuls, and per row and
-// 16-output tile the sum of squares of x. With rms set, the launch's last tile to finish adds
-// the sums into rms[row] = 1 / sqrt(mean + eps) (launches of up to kNormEpilogueRows rows: the
-// tile's warp adds 8 rows at a time); else the caller runs rms_from_sq (the same bits). The next
-// matmuls scale their sums by it (MatmulParams::in_rms): the norm's factor applied after the
-// product instead of before the rounding to fp16.
-struct ResidualNorm {
-  float* x = nullptr;        // [rows, n_out] the residual stream, in place; null: none
-  const float* w = nullptr;  // [n_out] the next norm's weight
-  uint16_t* h = nullptr;     // fragments of x * w (half_frag_index over n_out)
-  float* sq = nullptr;       // [rows][n_out / 16] the sums of squares
-  float* rms = nullptr;      // [rows] or null
-  int* done = nullptr;       // with rms: tiles finished, 0 between launches (the last resets it)
-  float eps = 0.0f;
-};
-inline constexpr int kNormEpilogueRows = 8;
-
 struct MatmulParams {
   DType type = DType::kF32;
   const void* w = nullptr;  // [n_out rows of row_bytes(type, n_in)]
@@ -192,11 +173,6 @@ struct MatmulParams {
   // kHalf: what the epilogue does with the sums (HalfRole); rope: its batch, cache and RoPE.
   HalfRole role = HalfRole::kPlain;
   RopeEpilogue rope = {};
-  // kHalf, a plain role: the residual epilogue instead of writing y.
-  ResidualNorm residual = {};
-  // kHalf: [n_rows] factors the sums are multiplied by before the bias (the input's fragments
-  // carry x * w of an RMSNorm: ResidualNorm); null: none.
-  const float* in_rms = nullptr;
 };
 
 // The tiled weight layout of the integer variants, for the block-quantized types with one
@@ -262,19 +238,6 @@ void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t 
 // bits; dim a multiple of 32). h null: out = rms_norm(x) * w, x unchanged; else x += h first.
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                  float eps, const Q8Out& q, cudaStream_t stream);
-// The start of a fused norm for rows no matmul produced (the embedding): ResidualNorm's outputs
-// (the fp16 fragments of x * w, the sums of squares of x per 16 elements, the rows' factors;
-// x unchanged).
-void norm_frags(const float* x, const float* w, int64_t n_rows, int dim, float eps, uint16_t* h,
-                float* sq, float* rms, cudaStream_t stream);
-// rms[r] = 1 / sqrt(sum of sq[r] / dim + eps) (sq [n_rows][dim / 16]), with the bits of
-// ResidualNorm's last tile.
-void rms_from_sq(const float* sq, int64_t n_rows, int dim, float eps, float* rms,
-                 cudaStream_t stream);
-// out_h / out_rms row j = h / rms row rows[j] (fp16 fragments of width dim): the rows that go
-// through the LM head.
-void gather_frag_rows(const uint16_t* h, const float* rms, const int32_t* rows, int64_t n, int dim,
-                      uint16_t* out_h, float* out_rms, cudaStream_t stream);
 // gate = act(gate) * up over [n_rows, width] (width a multiple of 32), and its int8 copy.
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
                   const Q8Out& q, cudaStream_t stream);
@@ -291,8 +254,7 @@ void embed(DType type, const void* table, int64_t dim, const int32_t* tokens, in
 void gather_rows(const float* x, const int32_t* rows, int64_t n, int dim, float* out,
                  cudaStream_t stream);
 // out[r, slot] = x[r] + h[r] for out [n_rows, n_slots, dim]: a block's output (the residual x
-// plus the block's last h, which the next block's fused add has not added yet) as a hidden state;
-// h null: x alone (a residual epilogue added it already).
+// plus the block's last h, which the next block's fused add has not added yet) as a hidden state.
 void store_hidden(const float* x, const float* h, int64_t n_rows, int dim, int slot, int n_slots,
                   float* out, cudaStream_t stream);
 // out[r] = index of the largest logit of row r (the lowest index on ties).

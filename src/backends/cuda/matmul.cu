@@ -230,8 +230,6 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
     half_frags(p.x, p.n_rows, p.n_in, s.h.get<uint16_t>(), stream);
     return matmul_half_group(&q, 1, stream);
   }
-  SALVO_CHECK_MSG(p.in_rms == nullptr && p.residual.x == nullptr,
-                  "matmul: the fused norm's epilogues are kHalf's alone");
   SALVO_CHECK_MSG(variant_supports(v, p.type), "matmul: variant does not support the weight type");
   SALVO_CHECK_MSG(!p.tiled || variant_takes_q8(v), "matmul: tiled weights need an integer variant");
   if (v == MatmulVariant::kMma || v == MatmulVariant::kQ8) {

@@ -44,7 +44,6 @@
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
-#include "backends/cuda/norm.cuh"
 #include "backends/cuda/rope.cuh"
 #include "quant/fp16.h"
 
@@ -210,8 +209,6 @@ struct HalfGroup {
   uint16_t* gated_h = nullptr;
   int64_t row0 = 0;
   RopeEpilogue rope;  // the parts whose role is not kPlain
-  ResidualNorm res;   // MatmulParams::residual (one plain part)
-  const float* in_rms = nullptr;
 };
 
 // The lane's uint4 within a 32-lane group of the fragments: lane (g, t) holds column g, and with
@@ -223,20 +220,6 @@ template <int NT>
 __device__ __forceinline__ int x_lane(const HalfGroup& grp, int lane) {
   if (NT > 1) return lane;
   return min(lane / 4, grp.n_rows - 1) * 4 + lane % 4;
-}
-
-// The factors of the lane's columns 8 nt + 2 t + i (MatmulParams::in_rms; 1 where none: a
-// product with 1 keeps the bits).
-template <int NT>
-__device__ __forceinline__ void load_rms(const HalfGroup& grp, int lane, float (&rms)[NT][2]) {
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int col = 8 * nt + 2 * (lane % 4) + i;
-      rms[nt][i] = grp.in_rms != nullptr && col < grp.n_rows ? grp.in_rms[grp.row0 + col] : 1.0f;
-    }
-  }
 }
 
 // One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
@@ -271,18 +254,15 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
 }
 
 // The sums of one tile over the super-blocks first, first + stride, ... of its matrix.
-// One n tile's norm factors load right after the wait, under the first chunk's latency.
 template <class F, int NT>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
-                                          float (&acc)[NT][4], const HalfGroup& grp,
-                                          float (&rms)[NT][2]) {
+                                          float (&acc)[NT][4]) {
   int sb = first;
   typename F::Regs cur, nxt;
   // Weights are never another kernel's output: the first chunk loads before the wait.
   if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
   pdl_enter();
-  if constexpr (NT == 1) load_rms<NT>(grp, lane, rms);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
   // One n tile: the first step pair's activations load with the next chunk's weights. Without it
@@ -330,10 +310,9 @@ __device__ __forceinline__ void add_warps(float (&acc)[NT][4], float (*red)[4][3
   }
 }
 
-// A tile's output o of an activation row: the fp32 sum scaled (by the row's norm factor r too),
-// plus the bias.
-__device__ __forceinline__ float finish(const HalfPart& m, float sum, int o, float r) {
-  float v = __fmul_rn(__fmul_rn(sum, m.scale), r);
+// A tile's output o of activation row col: the fp32 sum scaled, plus the bias.
+__device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
+  float v = __fmul_rn(sum, m.scale);
   if (m.bias != nullptr) v = __fadd_rn(v, m.bias[o]);
   return v;
 }
@@ -344,8 +323,7 @@ __device__ __forceinline__ float finish(const HalfPart& m, float sum, int o, flo
 // (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
 template <int NT>
 __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
-                                                int lane, const float (&acc)[NT][4],
-                                                const float (&rms)[NT][2]) {
+                                                int lane, const float (&acc)[NT][4]) {
   const RopeEpilogue& re = grp.rope;
   const int g = lane / 4, t = lane % 4;
   const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
@@ -363,8 +341,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
                        : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
                                   re.batch.slot[r]) *
                                      row_width;
-      const float x0 = finish(m, acc[nt][i], o0, rms[nt][i]);
-      const float x1 = finish(m, acc[nt][i + 2], o1, rms[nt][i]);
+      const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
       if (m.role == HalfRole::kStoreV) {
         dst[o0] = x0;
         dst[o1] = x1;
@@ -383,65 +360,9 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   }
 }
 
-// The end of a tile with the residual epilogue (ResidualNorm): lane (g, t) holds outputs g and
-// g + 8 of the tile for columns 8 nt + 2 t + {0, 1}. A column's sum of squares over the tile is
-// added across the 8 lanes of one t in a fixed butterfly; with rn.rms, the launch's last tile
-// adds the rows' sums (rms_of_rows, 8 rows at a time: their loads in flight together).
-template <int NT>
-__device__ __forceinline__ void residual_tile(const HalfGroup& grp, const HalfPart& m, int tile,
-                                              int lane, const float (&acc)[NT][4],
-                                              const float (&rms)[NT][2]) {
-  const ResidualNorm& rn = grp.res;
-  const int g = lane / 4, t = lane % 4, tiles = m.n_out / 16;
-  const int o0 = tile * 16 + g, o1 = o0 + 8;
-  const float w0 = rn.w[o0], w1 = rn.w[o1];
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int col = 8 * nt + 2 * t + i;
-      const int64_t r = grp.row0 + col;
-      float s = 0.0f;
-      if (col < grp.n_rows) {
-        float* xr = rn.x + r * m.n_out;
-        const float x0 = __fadd_rn(xr[o0], finish(m, acc[nt][i], o0, rms[nt][i]));
-        const float x1 = __fadd_rn(xr[o1], finish(m, acc[nt][i + 2], o1, rms[nt][i]));
-        xr[o0] = x0;
-        xr[o1] = x1;
-        rn.h[half_frag_index(r, o0, m.n_out)] =
-            __half_as_ushort(__float2half_rn(__fmul_rn(x0, w0)));
-        rn.h[half_frag_index(r, o1, m.n_out)] =
-            __half_as_ushort(__float2half_rn(__fmul_rn(x1, w1)));
-        s = __fadd_rn(__fmul_rn(x0, x0), __fmul_rn(x1, x1));
-      }
-#pragma unroll
-      for (int off = 4; off < 32; off *= 2) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-      if (g == 0 && col < grp.n_rows) rn.sq[r * tiles + tile] = s;
-    }
-  }
-  if (rn.rms == nullptr) return;
-  __threadfence();
-  __syncwarp();
-  int last = 0;
-  if (lane == 0) last = atomicAdd(rn.done, 1) == tiles - 1;
-  last = __shfl_sync(0xffffffffu, last, 0);
-  if (!last) return;
-  __threadfence();
-  for (int c0 = 0; c0 < grp.n_rows; c0 += 8) {
-    float f[8];
-    rms_of_rows<8>(rn.sq + (grp.row0 + c0) * tiles, tiles, min(8, grp.n_rows - c0), tiles, m.n_out,
-                   rn.eps, lane, f);
-#pragma unroll
-    for (int c = 0; c < 8; ++c) {
-      if (lane == c && c0 + c < grp.n_rows) rn.rms[grp.row0 + c0 + c] = f[c];
-    }
-  }
-  if (lane == 0) *rn.done = 0;
-}
-
-// grid (tiles of the group, splits); blockDim.x / 32 warps.
+// A kernel's work: grid (tiles of the group, splits); blockDim.x / 32 warps.
 template <class F, int NT>
-__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
+__device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   int part = 0;
@@ -450,9 +371,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   const int tile = blockIdx.x - grp.first[part];
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
-  float acc[NT][4], rms[NT][2];
+  float acc[NT][4];
   tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
-                   ks * W + warp, W * n_split, lane, acc, grp, rms);
+                   ks * W + warp, W * n_split, lane, acc);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -485,10 +406,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
     }
     if (lane == 0) grp.counts[gtile] = 0;
   }
-  if constexpr (NT > 1) load_rms<NT>(grp, lane, rms);
-  if (grp.res.x != nullptr) return residual_tile<NT>(grp, m, tile, lane, acc, rms);
   if (m.role != HalfRole::kPlain && (m.role != HalfRole::kStoreV || grp.rope.rotate)) {
-    return rope_store_tile<NT>(grp, m, tile, lane, acc, rms);
+    return rope_store_tile<NT>(grp, m, tile, lane, acc);
   }
   const int g = lane / 4, t = lane % 4;
   if (grp.gated) {
@@ -501,8 +420,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
       for (int i = 0; i < 2; ++i) {
         const int col = 8 * nt + 2 * t + i;
         if (col >= grp.n_rows || o >= n_ff) continue;
-        const float gv = __fmul_rn(__fmul_rn(acc[nt][i], m.scale), rms[nt][i]);
-        const float uv = __fmul_rn(__fmul_rn(acc[nt][i + 2], m.scale), rms[nt][i]);
+        const float gv = __fmul_rn(acc[nt][i], m.scale), uv = __fmul_rn(acc[nt][i + 2], m.scale);
         const float v = grp.act == GatedAct::kSilu ? silu_times(gv, uv) : gelu_tanh_times(gv, uv);
         m.y[static_cast<int64_t>(col) * n_ff + o] = v;
         grp.gated_h[half_frag_index(grp.row0 + col, o, n_ff)] =
@@ -517,10 +435,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
     for (int i = 0; i < 4; ++i) {
       const int o = tile * 16 + g + 8 * (i / 2), col = 8 * nt + 2 * t + i % 2;
       if (col < grp.n_rows && o < m.n_out) {
-        m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o, rms[nt][i % 2]);
+        m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o);
       }
     }
   }
+}
+
+template <class F, int NT>
+__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
+  half_tiles<F, NT>(grp);
+}
+
+// The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
+// gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
+// passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
+// on them moved the 32- and 64-row forms to 222-255 registers.
+template <class F>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
+  half_tiles<F, 2>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -605,7 +537,11 @@ Shape shape_of(int tiles, int n_in, int total_out) {
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
-  launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
+  if constexpr (NT == 2) {
+    launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
+  } else {
+    launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
+  }
 }
 
 template <class F>
@@ -846,7 +782,7 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     const MatmulParams& q = parts[i];
     SALVO_CHECK(q.variant == MatmulVariant::kHalf && half_supported(q.type, q.n_out, q.n_in));
     SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
-    SALVO_CHECK(q.xq.h != nullptr && q.in_rms == p.in_rms);
+    SALVO_CHECK(q.xq.h != nullptr);
     grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y,   q.bias, q.half_scale,
                 static_cast<int>(q.n_out),        q.role};
     if (q.role != HalfRole::kPlain) {
@@ -855,14 +791,6 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     }
     grp.first[i + 1] = grp.first[i] + static_cast<int>((q.n_out + 15) / 16);
     total_out += static_cast<int>(q.n_out);
-  }
-  grp.in_rms = p.in_rms;
-  if (p.residual.x != nullptr) {
-    const ResidualNorm& rn = p.residual;
-    SALVO_CHECK(n_parts == 1 && !p.gated && p.role == HalfRole::kPlain && p.n_out % 16 == 0);
-    SALVO_CHECK(rn.w != nullptr && rn.h != nullptr && rn.sq != nullptr && rn.h != p.xq.h);
-    SALVO_CHECK(rn.rms == nullptr || (rn.done != nullptr && p.n_rows <= kNormEpilogueRows));
-    grp.res = rn;
   }
   if (p.n_rows == 0) return;
   if (p.gated) {
@@ -898,8 +826,7 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     piece.n_rows = static_cast<int>(std::min<int64_t>(kMatmulMaxRows, p.n_rows - r0));
     piece.row0 = r0;
     for (int i = 0; i < n_parts; ++i) {  // a gated matrix writes n_out / 2 columns a row
-      if (parts[i].y != nullptr)
-        piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
+      piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
     }
     if (p.type == DType::kQ4_K) {
       launch_rows<FmtQ4K>(piece, sh.warps, stream);

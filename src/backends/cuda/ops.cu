@@ -8,7 +8,6 @@
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
-#include "backends/cuda/norm.cuh"
 #include "backends/cuda/q8.cuh"
 #include "backends/cuda/rope.cuh"
 #include "util/check.h"
@@ -87,50 +86,6 @@ __global__ void __launch_bounds__(kT) rms_norm_kernel(float* x, const float* h, 
     if (i < dim) emit(i, v[j], wv[j]);
   }
   for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) emit(i, xr[i], w[i]);
-}
-
-// norm_frags: one row per block of 256 threads; a thread's sum is one 16-element tile's, then
-// warp 0 adds them as rms_from_sq does.
-__global__ void norm_frags_kernel(const float* x, const float* w, int dim, float eps, uint16_t* h,
-                                  float* sq, float* rms) {
-  pdl_enter();
-  const int64_t row = blockIdx.x;
-  const float* xr = x + row * dim;
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    h[half_frag_index(row, i, dim)] = __half_as_ushort(__float2half_rn(xr[i] * w[i]));
-  }
-  for (int t = threadIdx.x; t < dim / 16; t += kThreads) {
-    float s = 0.0f;
-    for (int j = 0; j < 16; ++j) s = __fmaf_rn(xr[16 * t + j], xr[16 * t + j], s);
-    sq[row * (dim / 16) + t] = s;
-  }
-  __syncthreads();
-  if (threadIdx.x >= 32) return;
-  float r[1];
-  rms_of_rows<1>(sq + row * (dim / 16), 0, 1, dim / 16, dim, eps, threadIdx.x, r);
-  if (threadIdx.x == 0) rms[row] = r[0];
-}
-
-// rms_from_sq: a warp per row.
-__global__ void rms_from_sq_kernel(const float* sq, int64_t n_rows, int dim, float eps,
-                                   float* rms) {
-  pdl_enter();
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * (kThreads / 32) + threadIdx.x / 32;
-  if (row >= n_rows) return;
-  float r[1];
-  rms_of_rows<1>(sq + row * (dim / 16), 0, 1, dim / 16, dim, eps, threadIdx.x % 32, r);
-  if (threadIdx.x % 32 == 0) rms[row] = r[0];
-}
-
-// gather_frag_rows: one block per gathered row.
-__global__ void gather_frag_rows_kernel(const uint16_t* h, const float* rms, const int32_t* rows,
-                                        int dim, uint16_t* out_h, float* out_rms) {
-  pdl_enter();
-  const int64_t j = blockIdx.x, src = rows[j];
-  if (threadIdx.x == 0) out_rms[j] = rms[src];
-  for (int i = threadIdx.x; i < dim; i += kThreads) {
-    out_h[half_frag_index(j, i, dim)] = h[half_frag_index(src, i, dim)];
-  }
 }
 
 // The norm kernel's width for a row of dim elements: about four elements a thread.
@@ -269,12 +224,8 @@ __global__ void store_hidden_kernel(const float* x, const float* h, int dim, int
   pdl_enter();
   const int64_t r = blockIdx.x;
   const float* xr = x + r * dim;
-  float* o = out + (r * n_slots + slot) * dim;
-  if (h == nullptr) {
-    for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = xr[i];
-    return;
-  }
   const float* hr = h + r * dim;
+  float* o = out + (r * n_slots + slot) * dim;
   for (int i = threadIdx.x; i < dim; i += kThreads) o[i] = xr[i] + hr[i];
 }
 
@@ -387,34 +338,6 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
                  float eps, const Q8Out& q, cudaStream_t stream) {
   launch_norm(x, h, w, out, n_rows, dim, eps, q, stream);
-}
-
-void norm_frags(const float* x, const float* w, int64_t n_rows, int dim, float eps, uint16_t* h,
-                float* sq, float* rms, cudaStream_t stream) {
-  SALVO_CHECK(dim % 32 == 0);
-  if (n_rows > 0) {
-    launch(norm_frags_kernel, static_cast<unsigned>(n_rows), kThreads, 0, stream, x, w, dim, eps, h,
-           sq, rms);
-  }
-}
-
-void rms_from_sq(const float* sq, int64_t n_rows, int dim, float eps, float* rms,
-                 cudaStream_t stream) {
-  SALVO_CHECK(dim % 16 == 0);
-  constexpr int kRowsPerBlock = kThreads / 32;
-  if (n_rows > 0) {
-    launch(rms_from_sq_kernel, static_cast<unsigned>((n_rows + kRowsPerBlock - 1) / kRowsPerBlock),
-           kThreads, 0, stream, sq, n_rows, dim, eps, rms);
-  }
-}
-
-void gather_frag_rows(const uint16_t* h, const float* rms, const int32_t* rows, int64_t n, int dim,
-                      uint16_t* out_h, float* out_rms, cudaStream_t stream) {
-  SALVO_CHECK(dim % 32 == 0);
-  if (n > 0) {
-    launch(gather_frag_rows_kernel, static_cast<unsigned>(n), kThreads, 0, stream, h, rms, rows,
-           dim, out_h, out_rms);
-  }
 }
 
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
