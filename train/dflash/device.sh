@@ -9,6 +9,7 @@
 # SGPU / QGPU / PGPU put a run on a GPU of its own (CUDA_VISIBLE_DEVICES).
 #   bash .gpu/df/dev.sh              # collect pieces, start what can start, report, export finished runs
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
+#   bash .gpu/df/dev.sh bench [REPS] / trace [DIR]  # bench_spec / a SALVO_SPEC_TRACE run (below)
 # Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json,
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
 # pieces <s|q|p>_model.NN, 3 a call (cat them), then the run's generated.json.gz as <s|q|p>_gen.NN.
@@ -83,6 +84,25 @@ names="smollm2-135m qwen2.5-coder-1.5b qwen2.5-coder-0.5b"
 # bench [REPS]: bench_spec.py on the H200 with the drafter just trained (out_qwen...) and the one it
 # started from (init_q), alternated REPS times (default 1), in the same window and on the same
 # GGUF. Needs .gpu/df/salvo.gz (a CUDA build), .gpu/df/libfmt.so.9 and .gpu/df/prompts.jsonl.
+# trace [DRAFTER_DIR]: SALVO_SPEC_TRACE=1 over the benchmark's code prompts with a fixed adapter
+# tree (BUDGET nodes, default 7), the trace and its medians to $OUT (session 34: verification 75%
+# of a drafted pass, the draft 24.5%). Needs /root/bench/salvo as bench does.
+if [ "${1:-}" = trace ]; then
+  B=/root/bench; export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
+  python3 -c 'import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    if r["category"] == "code": print(json.dumps({"prompt": r["messages"][0]["content"]}))' \
+    ${PROMPTS:-.gpu/df/prompts.jsonl} > /tmp/code.jsonl
+  SALVO_SPEC_TRACE=1 $B/salvo run --device cuda --model $W/qwen2.5-coder-1.5b.gguf --drafter ${2:-$W/out_qwen2.5-coder-1.5b} \
+    --spec dflash --spec-tree adapter --spec-budget ${BUDGET:-7} --temperature 0 -n 192 \
+    --prompts-file /tmp/code.jsonl > $OUT/trace.jsonl 2> $OUT/trace.txt
+  python3 -c 'import re, statistics as st, sys
+p = [re.search(r"pass ([\d.]+) ms draft ([\d.]+) ms accepted (\d+)", l) for l in open(sys.argv[1]) if "warm-up" not in l]
+p = [m for m in p if m]
+print("passes %d, median pass %.3f ms, median draft %.3f ms, %.2f tokens a pass" % (len(p),
+      st.median(float(m[1]) for m in p), st.median(float(m[2]) for m in p), sum(int(m[3]) + 1 for m in p) / len(p)))' $OUT/trace.txt
+  exit
+fi
 if [ "${1:-}" = bench ]; then
   B=/root/bench; mkdir -p $B
   [ -x $B/salvo ] || { gunzip -c .gpu/df/salvo.gz > $B/salvo && chmod +x $B/salvo && cp .gpu/df/libfmt.so.9 $B/; }
