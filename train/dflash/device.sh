@@ -13,6 +13,9 @@
 # Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json,
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
 # pieces <s|q|p>_model.NN, 3 a call (cat them), then the run's generated.json.gz as <s|q|p>_gen.NN.
+# Only on the GPU machine: run here, the preamble moves .gpu's pieces into /root and may start a
+# run (session 34 did, by testing the trace mode locally).
+command -v nvidia-smi >/dev/null || { echo "device.sh: no nvidia-smi; it runs on the GPU machine" >&2; exit 1; }
 export PYTHONUNBUFFERED=1 PYTHONPATH=/root/site
 M=/root/m; W=/root/w; mkdir -p $M/s $M/q $M/p $M/qi $W
 [ -d /root/site/gguf ] || pip install -q --no-index --no-deps --target /root/site .gpu/df/whl/*.whl
