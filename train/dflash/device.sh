@@ -29,7 +29,7 @@ if [ -n "${QINIT:-}" ]; then
     mkdir -p $W/init_q && cp .gpu/df/init_config.json $W/init_q/config.json &&
       cat $M/qi/* > $W/init_q/.tmp && mv $W/init_q/.tmp $W/init_q/model.safetensors && echo "init drafter joined"
   fi
-  init_args="--init $W/init_q --lr ${QLR:-4e-4}"
+  init_args="--init $W/init_q --lr ${QLR:-4e-4}${QGROW:+ --grow}"
 fi
 rm -rf $W/code; cp -r .gpu/df/code $W/code
 # Once, and atomically: a run reads its data ~40 s after it starts, while later calls come by
@@ -71,11 +71,13 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # minutes (7.4 done), QFEATGB=100, on one H200 for everything (15.6 GPU minutes).
 # Session 23 continued it on new prompts: QINIT=2 QMINUTES=10.5 QPASSES=14 (lr 4e-4), 18.5 GPU minutes.
 # Session 25 continued that on seed-2 prompts: QINIT=2 QMINUTES=9.5 QPASSES=12, 20.2 GPU minutes.
+# QLAYERS / QTLAYERS set the qwen drafter's layers and target layers; with QINIT, QGROW=1 grows the
+# shipped drafter to them (train.py --grow: it starts as the shipped function).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-20} q "${QGPU:-}" \
-  --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers 2,13,24 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
+  --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers ${QTLAYERS:-2,13,24} --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS} $init_args
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
@@ -104,6 +106,23 @@ p = [re.search(r"pass ([\d.]+) ms draft ([\d.]+) ms accepted (\d+)", l) for l in
 p = [m for m in p if m]
 print("passes %d, median pass %.3f ms, median draft %.3f ms, %.2f tokens a pass" % (len(p),
       st.median(float(m[1]) for m in p), st.median(float(m[2]) for m in p), sum(int(m[3]) + 1 for m in p) / len(p)))' $OUT/trace.txt
+  exit
+fi
+# prof [DRAFTER_DIR]: ncu's time of every kernel over a few drafted passes of the first code prompt
+# (graphs off, so each kernel runs alone without PDL's overlap: sums run over a real pass), as
+# $OUT/prof.csv in launch order (SKIP / COUNT launches; the prefill and first passes are skipped).
+if [ "${1:-}" = prof ]; then
+  B=/root/bench; export LD_LIBRARY_PATH=$B:${LD_LIBRARY_PATH:-}
+  python3 -c 'import json, sys
+r = [json.loads(l) for l in open(sys.argv[1])]
+print(json.dumps({"prompt": next(x for x in r if x["category"] == "code")["messages"][0]["content"]}))' \
+    ${PROMPTS:-.gpu/df/prompts.jsonl} > /tmp/one.jsonl
+  SALVO_CUDA_GRAPHS=0 $(command -v ncu || echo /usr/local/cuda/bin/ncu) --csv --log-file $OUT/prof.csv \
+    --cache-control none --clock-control none --metrics gpu__time_duration.sum --launch-skip ${SKIP:-3000} \
+    --launch-count ${COUNT:-1500} $B/salvo run --device cuda --model $W/qwen2.5-coder-1.5b.gguf \
+    --drafter ${2:-$W/out_qwen2.5-coder-1.5b} --spec dflash --spec-tree adapter --spec-budget ${BUDGET:-7} \
+    --temperature 0 -n 128 --prompts-file /tmp/one.jsonl > /dev/null 2> $OUT/prof.err
+  tail -3 $OUT/prof.err; wc -l $OUT/prof.csv
   exit
 fi
 if [ "${1:-}" = bench ]; then

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from corpus import load_prompts, write_generated  # noqa: E402
+import grow as grow_mod  # noqa: E402
 from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
 from evaluate import evaluate  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
@@ -100,24 +101,18 @@ class Ranks:
             self.dist = None
 
 
-def load_init(d, cfg, folder):
-    """Copies a shipped drafter's weights (I8 rows times their scale, F32 vectors) into d; the two
-    configs must agree on every shape."""
+def load_init(d, cfg, folder, grow=False):
+    """Copies a shipped drafter's weights (I8 rows times their scale, F32 vectors) into d: the two
+    configs agree on every shape, or with grow, d may read more target layers and have more
+    layers, and starts as the same function (grow.py)."""
     from safetensors.numpy import load_file
     old = json.load(open(os.path.join(folder, "config.json")))
-    for key in ("target_layers", "block_size", "n_layer", "n_embd", "n_head", "n_head_kv", "head_dim", "n_ff", "adapter"):
-        if old.get(key) != cfg.get(key):
-            raise SystemExit(f"error: --init {folder}: {key} is {old.get(key)!r} there, {cfg.get(key)!r} here")
-    if old["target"]["name"] != cfg["target"]["name"]:
-        raise SystemExit(f"error: --init {folder} drafts for {old['target']['name']}, not {cfg['target']['name']}")
-    w = load_file(os.path.join(folder, "model.safetensors"))
+    grow_mod.check_configs(old, cfg, grow, folder)
+    w = grow_mod.shipped_arrays(load_file(os.path.join(folder, "model.safetensors")))
+    tensors = tensors_of(d)
+    start = grow_mod.start_arrays(old, cfg, w, {n: tuple(t.shape) for n, t in tensors.items()}, folder)
     with torch.no_grad():
-        for n, t in tensors_of(d).items():
-            if n not in w:
-                raise SystemExit(f"error: --init {folder}: model.safetensors has no {n}")
-            a = w[n].astype(np.float32) * w[n + ".scale"][:, None] if n + ".scale" in w else w[n].astype(np.float32)
-            if a.shape != tuple(t.shape):
-                raise SystemExit(f"error: --init {folder}: {n} is {a.shape} there, {tuple(t.shape)} here")
+        for n, a in start.items():
             dst = d.a[n.split(".")[1]] if n.startswith("adapter.") else d.w(n)
             dst.copy_(torch.from_numpy(a))
 
@@ -449,6 +444,9 @@ def main():
     ap.add_argument("--adapter-hidden", type=int, default=256)
     ap.add_argument("--init", default="", help="a drafter folder to start from (its shipped I8 weights, dequantized; "
                     "same shape): training continues it on this data")
+    ap.add_argument("--grow", action="store_true",
+                    help="with --init: --target-layers may add layers to the old ones and --n-layer add layers after "
+                         "the old ones; the grown drafter starts as the old one's function")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     ranks = Ranks(args.device)
@@ -560,8 +558,8 @@ def main():
 
     d = Drafter(cfg).to(dev)
     if args.init:
-        load_init(d, cfg, args.init)
-        log(f"weights from {args.init}")
+        load_init(d, cfg, args.init, args.grow)
+        log(f"weights from {args.init}" + (" (grown)" if args.grow else ""))
     ranks.same_weights(list(d.p.values()) + list(d.a.values()))
     B = args.block
     weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
