@@ -404,7 +404,7 @@ class CudaModel : public Model {
       SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_, false));
     }
     SALVO_RETURN_IF_ERROR(upload_vector(cpu.output_norm(), c.n_embd, &output_norm_));
-    heads_ = {.token_embd = token_embd_.shape, .output = output_.shape};
+    heads_ = {.token_embd = token_embd_.shape, .output = output_.shape, .output_half = {}};
     // A second copy of the LM head in kHalf's layout for the logits (SALVO_CUDA_HALF_HEAD=0: none),
     // the row-major one kept for the embedding lookup and the drafters. A kHalf matmul reads
     // 8-16 rows at ~1.3x a row where the int8 kernel of the row-major copy takes 2-3x. Session 30
@@ -414,6 +414,7 @@ class CudaModel : public Model {
     const MatmulParams& o = output_.shape;
     if (half_head_enabled() && half_enabled() && half_supported(o.type, o.n_out, o.n_in)) {
       SALVO_RETURN_IF_ERROR(upload_matrix(cpu.output(), nullptr, &output_half_, true));
+      heads_.output_half = output_half_.shape;
     }
     const bool rope_rows =
         rope_fusion_enabled() && half_enabled() && rope_rows_supported(c.head_dim, c.n_rot);

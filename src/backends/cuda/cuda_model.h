@@ -7,9 +7,9 @@
 namespace salvo::cuda {
 
 // The target's device token embedding and LM head ([n_vocab, n_embd] each, GGUF types; the
-// same tensor when tied). x, y and n_rows are unset.
+// same tensor when tied), and the LM head's kHalf copy (w null: none). x, y and n_rows are unset.
 struct DeviceHeads {
-  MatmulParams token_embd, output;
+  MatmulParams token_embd, output, output_half;
 };
 
 // The heads of a model that to_device placed; null for any other model.

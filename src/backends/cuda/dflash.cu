@@ -1,6 +1,8 @@
 // Kernels of the DFlash drafter's device runner: each depth's top candidates with their
 // log-probabilities (so only k ids and k floats per depth cross to the host instead of a logit
 // row), and the adapter's scores of those candidates for every parent a tree can give them.
+#include <cuda_fp16.h>
+
 #include <cfloat>
 #include <climits>
 
@@ -161,14 +163,22 @@ __device__ __forceinline__ int child_depth(int parent_row, int k) {
 }
 
 // One thread per (parent row, hidden unit).
-__global__ void adapter_activation_kernel(const float* ah, float* ae, int n_parents, int hidden,
-                                          int k) {
+__global__ void adapter_activation_kernel(const float* ah, const uint16_t* ae_table,
+                                          const int32_t* parents, float* ae, int n_parents,
+                                          int hidden, int k) {
   pdl_enter();
   const int64_t idx = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (idx >= static_cast<int64_t>(n_parents) * hidden) return;
   const int r = static_cast<int>(idx / hidden), j = static_cast<int>(idx % hidden);
-  const float z = ah[static_cast<int64_t>(child_depth(r, k) - 1) * hidden + j] + ae[idx];
+  const float e =
+      __half2float(__ushort_as_half(ae_table[static_cast<int64_t>(parents[r]) * hidden + j]));
+  const float z = ah[static_cast<int64_t>(child_depth(r, k) - 1) * hidden + j] + e;
   ae[idx] = z / (1.0f + expf(-z));
+}
+
+__global__ void to_fp16_kernel(const float* x, int64_t n, uint16_t* out) {
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = __half_as_ushort(__float2half_rn(x[i]));
 }
 
 // One block per parent row: u = y[child depth] + bu, then a warp per candidate dot product.
@@ -207,12 +217,18 @@ void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, 
          static_cast<const ChunkTop*>(chunks), k, ids, logprobs);
 }
 
-void adapter_activation(const float* ah, float* ae, int n_parents, int hidden, int k,
-                        cudaStream_t stream) {
+void adapter_activation(const float* ah, const uint16_t* ae_table, const int32_t* parents,
+                        float* ae, int n_parents, int hidden, int k, cudaStream_t stream) {
   const int64_t n = static_cast<int64_t>(n_parents) * hidden;
   if (n > 0) {
     launch(adapter_activation_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, ah,
-           ae, n_parents, hidden, k);
+           ae_table, parents, ae, n_parents, hidden, k);
+  }
+}
+
+void to_fp16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream) {
+  if (n > 0) {
+    to_fp16_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(x, n, out);
   }
 }
 

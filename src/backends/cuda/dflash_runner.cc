@@ -69,6 +69,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_h(), true, &a_h.shape));
       SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_a_e(), true, &a_e.shape));
       SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_b(), true, &b.shape));
+      SALVO_RETURN_IF_ERROR(build_ae_table());
     }
     return Status();
   }
@@ -79,11 +80,52 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   DeviceHeads heads;
   int top_k = 0;  // candidates per depth the runner computes
   DeviceLinear fc;
-  DeviceLinear a_h, a_e, b;  // the adapter
+  DeviceLinear a_h, a_e, b;            // the adapter
+  const uint16_t* ae_table = nullptr;  // [n_vocab, adapter_hidden] fp16: a_e E(t) for every t
   const float *hidden_norm = nullptr, *mask_embd = nullptr, *output_norm = nullptr;
   std::vector<DeviceDflashLayer> layers;
 
  private:
+  // a_e E(t) for every token t, computed once as a draft pass would (the embedding row, its
+  // int8 form, the Q8_0 matmul) and kept as fp16: a pass's parent rows are then a lookup in the
+  // activation kernel instead of an embedding, a quantization and a 57-row matmul whose 16
+  // output tiles kept 16 SMs busy (~35 of a ~450 us draft pass; H200, session 36's ncu). It
+  // costs n_vocab x hidden x 2 bytes (the 1.5B with hidden 256: 78 MB).
+  Status build_ae_table() {
+    const int64_t n_vocab = heads.token_embd.n_out, ne = config.n_embd, H = config.adapter_hidden;
+    constexpr int64_t kChunk = 1024;
+    DeviceBuffer& table = storage_.emplace_back();
+    SALVO_RETURN_IF_ERROR(table.reserve(static_cast<size_t>(n_vocab * H) * sizeof(uint16_t)));
+    DeviceBuffer ids, emb, out, q, meta;
+    SALVO_RETURN_IF_ERROR(ids.reserve(kChunk * sizeof(int32_t)));
+    SALVO_RETURN_IF_ERROR(emb.reserve(kChunk * ne * sizeof(float)));
+    SALVO_RETURN_IF_ERROR(out.reserve(kChunk * H * sizeof(float)));
+    SALVO_RETURN_IF_ERROR(q.reserve(kChunk * ne));
+    SALVO_RETURN_IF_ERROR(meta.reserve((kChunk * ne / 32 + kChunk) * sizeof(Q8Meta)));
+    cudaStream_t stream = nullptr;
+    SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream), "cudaStreamCreate"));
+    Status st = matmul_prepare(stream);
+    std::vector<int32_t> host(kChunk);
+    for (int64_t v0 = 0; st.ok() && v0 < n_vocab; v0 += kChunk) {
+      const int64_t n = std::min(kChunk, n_vocab - v0);
+      for (int64_t i = 0; i < n; ++i) host[i] = static_cast<int32_t>(v0 + i);
+      // Synchronous: host is rewritten by the next chunk.
+      st = cuda_status(
+          cudaMemcpy(ids.get(), host.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice),
+          "adapter table ids");
+      if (!st.ok()) break;
+      embed(heads.token_embd.type, heads.token_embd.w, ne, ids.get<int32_t>(), n, emb.get<float>(),
+            stream);
+      linear(a_e, emb.get<float>(), static_cast<int>(n), out.get<float>(),
+             {q.get<int8_t>(), meta.get<Q8Meta>()}, stream);
+      to_fp16(out.get<float>(), n * H, table.get<uint16_t>() + v0 * H, stream);
+      st = cuda_status(cudaStreamSynchronize(stream), "adapter table");
+    }
+    matmul_release(stream);
+    cudaStreamDestroy(stream);
+    ae_table = table.get<uint16_t>();
+    return st;
+  }
   Status upload_bytes(const void* host, size_t bytes, const void** device) {
     DeviceBuffer& buf = storage_.emplace_back();
     SALVO_RETURN_IF_ERROR(buf.reserve(bytes));
@@ -202,16 +244,22 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(ids_.reserve((1 + D * K) * sizeof(int32_t)));
     SALVO_RETURN_IF_ERROR(logprobs_.reserve(D * K * f));
     SALVO_RETURN_IF_ERROR(top_scratch_.reserve(top_candidates_scratch_bytes(D)));
+    if (d_->heads.output_half.w != nullptr) {
+      // The LM head's fp16 fragments; rows past a pass's depths stay as they are (their
+      // outputs are not written), so zeros from the start.
+      const size_t bytes = half_frag_rows(static_cast<int64_t>(D)) * c.n_embd * sizeof(uint16_t);
+      SALVO_RETURN_IF_ERROR(head_h_.reserve(bytes));
+      SALVO_RETURN_IF_ERROR(cuda_status(cudaMemset(head_h_.get(), 0, bytes), "drafter head"));
+    }
     if (c.has_adapter()) {
       const size_t H = c.adapter_hidden;
       SALVO_RETURN_IF_ERROR(ah_.reserve(D * H * f));
       SALVO_RETURN_IF_ERROR(ae_.reserve(n_parents * H * f));
-      SALVO_RETURN_IF_ERROR(parent_embd_.reserve(n_parents * c.n_embd * f));
       SALVO_RETURN_IF_ERROR(bu_.reserve(n_parents * c.n_embd * f));
       SALVO_RETURN_IF_ERROR(cand_rows_.reserve(D * K * c.n_embd * f));
       SALVO_RETURN_IF_ERROR(scores_.reserve(n_parents * K * f));
-      // The int8 form of the adapter's inputs: parents' embeddings, the depths' y, silu(...).
-      const size_t values = n_parents * std::max<size_t>(c.n_embd, H);
+      // The int8 form of the adapter's inputs: the depths' y, silu(...).
+      const size_t values = std::max(D * c.n_embd, n_parents * H);
       SALVO_RETURN_IF_ERROR(adapter_xq_.reserve(values));
       SALVO_RETURN_IF_ERROR(adapter_xq_meta_.reserve((values / 32 + n_parents) * sizeof(Q8Meta)));
     }
@@ -506,9 +554,13 @@ class DeviceDflashRunner : public DflashRunner {
       linears({{&l.down, h}}, gate, as_rows(gq), B, stream_);
     }
     // Depths 1..depth: y rows 1..depth = RMSNorm(x + h) (row 0, the root, has no logits), and
-    // the LM head reads its weights once for all of them.
-    const DeviceLinear head{.shape = d_->heads.output};
-    const Q8Out yq = q8(depth, {&head});
+    // the LM head reads its weights once for all of them: the target's kHalf copy where it has
+    // one (the norm writes its fp16 fragments), whose tiles are rows in order, so the first
+    // n_tokens are a prefix. On the H200 (session 36's ncu, 7 depths of the first 65,536 rows
+    // of the 1.5B's Q6_K head) the int8 GEMV of the row-major copy took 56 us.
+    const bool half_head = d_->heads.output_half.w != nullptr;
+    const DeviceLinear head{.shape = half_head ? d_->heads.output_half : d_->heads.output};
+    const Q8Out yq = half_head ? Q8Out{.h = head_h_.get<uint16_t>()} : q8(depth, {&head});
     rms_norm_q8(x + ne, h + ne, d_->output_norm, y + ne, depth, ne, c.rms_eps, yq, stream_);
     MatmulParams p = head.shape;  // ids below n_tokens: the head's first rows
     p.n_out = std::min<int64_t>(p.n_out, n_tokens);
@@ -516,7 +568,7 @@ class DeviceDflashRunner : public DflashRunner {
     p.xq = as_rows(yq);
     p.n_rows = depth;
     p.y = logits_.get<float>();
-    if (yq.q == nullptr) {
+    if (yq.q == nullptr && yq.h == nullptr) {
       linear({.shape = p}, y + ne, depth, logits_.get<float>(), xq, stream_);
     } else {
       matmul(p, stream_);
@@ -526,17 +578,14 @@ class DeviceDflashRunner : public DflashRunner {
                    logprobs_.get<float>(), top_scratch_.get(), stream_);
     if (c.has_adapter()) {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
-      // 1..depth-1's candidates, which are contiguous behind it in ids), scored against the
-      // child depth's candidates' LM head rows.
+      // 1..depth-1's candidates, which are contiguous behind it in ids; a_e E from the table),
+      // scored against the child depth's candidates' LM head rows.
       const int R = n_parents(depth), H = c.adapter_hidden;
       SALVO_CUDA_CHECK(
           cudaMemcpyAsync(ids, meta, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
-      embed(d_->heads.token_embd.type, d_->heads.token_embd.w, ne, ids, R,
-            parent_embd_.get<float>(), stream_);
       const Q8Buffer aq{adapter_xq_.get<int8_t>(), adapter_xq_meta_.get<Q8Meta>()};
-      linear(d_->a_e, parent_embd_.get<float>(), R, ae_.get<float>(), aq, stream_);
       linear(d_->a_h, y + ne, depth, ah_.get<float>(), aq, stream_);
-      adapter_activation(ah_.get<float>(), ae_.get<float>(), R, H, K, stream_);
+      adapter_activation(ah_.get<float>(), d_->ae_table, ids, ae_.get<float>(), R, H, K, stream_);
       linear(d_->b, ae_.get<float>(), R, bu_.get<float>(), aq, stream_);
       embed(d_->heads.output.type, d_->heads.output.w, ne, ids + 1, static_cast<int64_t>(depth) * K,
             cand_rows_.get<float>(), stream_);
@@ -559,7 +608,8 @@ class DeviceDflashRunner : public DflashRunner {
   // The draft pass.
   DeviceBuffer x_init_, x_, h_, y_, q_, attn_, kb_, vb_, gate_, up_, logits_, meta_, ids_,
       logprobs_, top_scratch_;
-  DeviceBuffer ah_, ae_, parent_embd_, bu_, cand_rows_, scores_;  // the adapter
+  DeviceBuffer head_h_;  // the LM head's input as fp16 fragments (a kHalf head)
+  DeviceBuffer ah_, ae_, bu_, cand_rows_, scores_;  // the adapter
   DeviceBuffer adapter_xq_, adapter_xq_meta_;
   DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
   PinnedBuffer meta_host_, out_host_;

@@ -348,9 +348,12 @@ void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, 
 // The DFlash adapter for every parent a tree can give a depth's candidates: parent row r is the
 // root (r = 0, children at depth 1) or candidate (r - 1) % k of depth 1 + (r - 1) / k (children
 // one depth deeper). With ah [depths, hidden] (a_h y_d for d = 1..), ae [n_parents, hidden]
-// (a_e E(parent)): a = silu(ah[child depth - 1] + ae), in place in ae.
-void adapter_activation(const float* ah, float* ae, int n_parents, int hidden, int k,
-                        cudaStream_t stream);
+// (a_e E(parent)) read from ae_table [n_vocab, hidden] (fp16 bits) at the parents' ids
+// (parents [n_parents]): ae [n_parents, hidden] = silu(ah[child depth - 1] + a_e E(parent)).
+void adapter_activation(const float* ah, const uint16_t* ae_table, const int32_t* parents,
+                        float* ae, int n_parents, int hidden, int k, cudaStream_t stream);
+// out [n] = x [n] rounded to fp16 (bits).
+void to_fp16(const float* x, int64_t n, uint16_t* out, cudaStream_t stream);
 // bu [n_parents, dim] (b a) becomes u = y[child depth] + bu, y [block rows, dim]; then
 // scores[r, i] = u[r] . cand_rows[(child depth - 1) * k + i], cand_rows [depths * k, dim] (the
 // LM head rows of each depth's candidates).
