@@ -8,18 +8,32 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "backends/cpu/matmul.h"
 #include "backends/cpu/packed.h"
 #include "backends/cpu/quantize_acts.h"
 #include "io/safetensors.h"
 #include "ops/ops.h"
 #include "ops/vec.h"
 #include "quant/fp16.h"
+#include "quant/quantize.h"
 #include "quant/types.h"
 #include "speculative/dflash_runner.h"
 #include "util/check.h"
 
 namespace salvo {
 namespace {
+
+// F16 rows [*, cols] replaced by their Q6_K rounding (cols a multiple of 256).
+void round_through_q6_k(std::vector<uint16_t>& f16, int64_t cols) {
+  std::vector<float> row(cols), back(cols);
+  std::vector<BlockQ6_K> blocks(cols / kQKK);
+  for (size_t r0 = 0; r0 < f16.size(); r0 += cols) {
+    for (int64_t i = 0; i < cols; ++i) row[i] = fp16_to_fp32(f16[r0 + i]);
+    quantize_row_q6_k(row.data(), blocks.data(), cols);
+    dequantize_row(DType::kQ6_K, blocks.data(), back.data(), cols);
+    for (int64_t i = 0; i < cols; ++i) f16[r0 + i] = fp32_to_fp16(back[i]);
+  }
+}
 
 using nlohmann::json;
 
@@ -273,6 +287,9 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
   // each converted as it loads; SALVO_DFLASH_F16=1 keeps F16 (A/B runs, and the CUDA tests
   // that compare a device drafter with the CPU one). A device uploads the F16 form.
   const bool q8 = m->has_cpu_forward() && std::getenv("SALVO_DFLASH_F16") == nullptr;
+  // SALVO_DFLASH_Q6K=1 rounds the matrices through Q6_K first (the weights a kHalf drafter on
+  // the device would read), to measure what that rounding costs in tokens a pass.
+  const bool q6k_round = std::getenv("SALVO_DFLASH_Q6K") != nullptr;
   // Matrices the forward multiplies by (not the adapter's, read as floats).
   auto matrix = [&](const std::string& name, int64_t rows, int64_t cols, bool allow_f16 = true) {
     WeightView view;
@@ -281,6 +298,7 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     std::vector<uint16_t> f16 =
         allow_f16 ? load.matrix_f16(name, rows, cols) : std::vector<uint16_t>();
     if (!f16.empty()) {
+      if (q6k_round && cols % kQKK == 0) round_through_q6_k(f16, cols);
       view.type = DType::kF16;
       view.data = f16.data();
       if (q8 && cols % kQK == 0) return m->q8_copy(view);
