@@ -24,9 +24,19 @@
 #include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
 #include "quant/fp16.h"
+#include "quant/quantize.h"
 
 namespace salvo::cuda {
 namespace {
+
+// SALVO_DFLASH_CUDA_HALF=1: the layers' matrices in kHalf (DeviceDflash::upload_matrix).
+bool half_layers() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_DFLASH_CUDA_HALF");
+    return v != nullptr && std::atoi(v) != 0 && half_enabled();
+  }();
+  return on;
+}
 
 struct DeviceDflashLayer {
   const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
@@ -62,7 +72,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
           {&l.q, &d.q},       {&l.k, &d.k},   {&l.v, &d.v},      {&l.o, &d.o},
           {&l.gate, &d.gate}, {&l.up, &d.up}, {&l.down, &d.down}};
       for (const auto& [w, p] : matrices) {
-        SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, &p->shape));
+        SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, &p->shape, half_layers()));
       }
     }
     if (m.has_adapter()) {
@@ -148,7 +158,13 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   // adapter's F32 matrices go the same way: through the float kernel, which re-read every parent
   // row's input from L2 for each output row, they took 66 us of a ~0.5 ms draft pass (a_e and b
   // over 57 parents; H200, session 26's ncu).
-  Status upload_matrix(const WeightView& w, bool compact, MatmulParams* p) {
+  //
+  // SALVO_DFLASH_CUDA_HALF=1 (A/B runs, not yet timed): the layers' matrices go as Q6_K packed
+  // for kHalf, the target's fp16 tensor-core kernels, whose 16-row tiles read each weight once
+  // (session 36's ncu: the int8 kernel's 16-row launches of a layer took 58 us for its 19.6 MB,
+  // 0.34 TB/s, 40% of the draft pass). The rounding through Q6_K left tokens a pass as they were
+  // on the CPU (SALVO_DFLASH_Q6K, 16 code prompts: 3.653 against 3.636 in F16, same text).
+  Status upload_matrix(const WeightView& w, bool compact, MatmulParams* p, bool half = false) {
     if (w.n_in % 16 != 0) {
       return Status::error("drafter matrix with " + std::to_string(w.n_in) +
                            " columns has no CUDA kernel (a multiple of 16 is needed)");
@@ -164,6 +180,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       return upload_bytes(w.data, n * (w.type == DType::kF32 ? sizeof(float) : sizeof(uint16_t)),
                           &p->w);
     }
+    if (half && half_supported(DType::kQ6_K, w.n_out, w.n_in)) return upload_half(w, p);
     if (w.type == DType::kF16 && (keep_f16() || w.n_in % 32 != 0)) {
       p->type = DType::kF16;
       return upload_bytes(w.data, n * sizeof(uint16_t), &p->w);
@@ -189,6 +206,24 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
     p->type = to_q8 ? DType::kQ8_0 : DType::kF16;
     return to_q8 ? upload_bytes(q8.data(), q8.size() * sizeof(BlockQ8_0), &p->w)
                  : upload_bytes(f16.data(), f16.size() * sizeof(uint16_t), &p->w);
+  }
+  Status upload_half(const WeightView& w, MatmulParams* p) {
+    const int64_t per_row = w.n_in / kQKK;
+    std::vector<BlockQ6_K> blocks(static_cast<size_t>(w.n_out * per_row));
+    std::vector<float> row(w.n_in);
+    for (int64_t r = 0; r < w.n_out; ++r) {
+      for (int64_t i = 0; i < w.n_in; ++i) {
+        const size_t at = static_cast<size_t>(r) * w.n_in + i;
+        row[i] = w.type == DType::kF16 ? fp16_to_fp32(static_cast<const uint16_t*>(w.data)[at])
+                                       : static_cast<const float*>(w.data)[at];
+      }
+      quantize_row_q6_k(row.data(), blocks.data() + r * per_row, w.n_in);
+    }
+    const std::vector<uint8_t> packed =
+        pack_half_weights(DType::kQ6_K, blocks.data(), w.n_out, w.n_in, &p->half_scale);
+    p->type = DType::kQ6_K;
+    p->variant = MatmulVariant::kHalf;
+    return upload_bytes(packed.data(), packed.size(), &p->w);
   }
   static bool keep_f16() {
     static const bool keep = [] {
@@ -236,6 +271,10 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(logits_.reserve(D * n_vocab * f));
     const size_t xq_values = B * std::max<size_t>(c.n_embd, c.n_ff);
     SALVO_RETURN_IF_ERROR(xq_.reserve(xq_values));
+    if (half_layers()) {  // the fp16 fragments of the layers' matmul inputs
+      const size_t width = static_cast<size_t>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
+      SALVO_RETURN_IF_ERROR(xh_.reserve(half_frag_rows(B) * width * sizeof(uint16_t)));
+    }
     SALVO_RETURN_IF_ERROR(xq_meta_.reserve((xq_values / 32 + B) * sizeof(Q8Meta)));
     // [root, committed, positions[B], slots[B], seq ids[B], subtree ends[B]]
     SALVO_RETURN_IF_ERROR(meta_.reserve((2 + 4 * B) * sizeof(int32_t)));
@@ -296,6 +335,9 @@ class DeviceDflashRunner : public DflashRunner {
     const size_t obs_xq_values = rows * std::max<size_t>(c.feature_width(), c.n_embd);
     SALVO_RETURN_IF_ERROR(obs_xq_.reserve(obs_xq_values));
     SALVO_RETURN_IF_ERROR(obs_xq_meta_.reserve((obs_xq_values / 32 + rows) * sizeof(Q8Meta)));
+    if (half_layers()) {
+      SALVO_RETURN_IF_ERROR(obs_xh_.reserve(half_frag_rows(n) * c.n_embd * sizeof(uint16_t)));
+    }
     // [positions[n], slots[n], seq ids[n]]: slot i holds position i.
     std::vector<int32_t> meta(3 * rows, 0);
     for (int32_t i = 0; i < n; ++i) meta[i] = meta[n + i] = first + i;
@@ -314,7 +356,7 @@ class DeviceDflashRunner : public DflashRunner {
     float* cx = obs_c_.get<float>();
     // c = RMSNorm(fc F) * hidden_norm: [n, n_embd]; per layer, context K/V skip attn_norm, so
     // every layer's K/V matmuls (one launch a layer) read the int8 form of c the norm writes.
-    const Q8Buffer xq{obs_xq_.get<int8_t>(), obs_xq_meta_.get<Q8Meta>()};
+    const Q8Buffer xq{obs_xq_.get<int8_t>(), obs_xq_meta_.get<Q8Meta>(), obs_xh_.get<uint16_t>()};
     linear(d_->fc, obs_features_.get<float>(), n, cx, xq, stream_);
     const DeviceDflashLayer& l0 = d_->layers[0];
     const Q8Out cq = q8_for(xq, n, {&l0.k, &l0.v});
@@ -494,7 +536,7 @@ class DeviceDflashRunner : public DflashRunner {
     float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = kb_.get<float>(),
           *v = vb_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
           *up = up_.get<float>(), *y = y_.get<float>();
-    const Q8Buffer xq{xq_.get<int8_t>(), xq_meta_.get<Q8Meta>()};
+    const Q8Buffer xq{xq_.get<int8_t>(), xq_meta_.get<Q8Meta>(), xh_.get<uint16_t>()};
     auto q8 = [&](int n, std::initializer_list<const DeviceLinear*> users) {
       return q8_for(xq, n, users);
     };
@@ -541,7 +583,7 @@ class DeviceDflashRunner : public DflashRunner {
                  .split_counts = counts_.get<int>(),
                  .out_q8 = aq},
                 stream_);
-      if (aq.q != nullptr) {
+      if (aq.q != nullptr || aq.h != nullptr) {
         linears({{&l.o, h}}, attn, as_rows(aq), B, stream_);
       } else {
         linear(l.o, attn, B, h, xq, stream_);
@@ -612,6 +654,7 @@ class DeviceDflashRunner : public DflashRunner {
   DeviceBuffer ah_, ae_, bu_, cand_rows_, scores_;  // the adapter
   DeviceBuffer adapter_xq_, adapter_xq_meta_;
   DeviceBuffer xq_, xq_meta_;  // int8 form of an integer-kernel matmul's input
+  DeviceBuffer xh_, obs_xh_;   // its fp16 fragments, for kHalf layers (SALVO_DFLASH_CUDA_HALF)
   PinnedBuffer meta_host_, out_host_;
   // observe().
   DeviceBuffer obs_features_, obs_c_, obs_k_, obs_v_, obs_meta_, obs_xq_, obs_xq_meta_;
