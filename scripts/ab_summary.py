@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Summarises a GPU kit's logs (scripts/gpu_kit_run.sh): the tests' exit codes and NMSE lines,
 then per model a table of the A/B forms' `salvo bench --json` results (tg128, pp512 and the k-row
-passes, each run), then bench_spec's per-category tables.
+passes, each run), then bench_spec's per-category tables and the SALVO_SPEC_TRACE medians.
 
   scripts/ab_summary.py LOG_DIR
 """
@@ -62,12 +62,29 @@ def spec(log_dir):
             print("  " + l)
 
 
+def traces(log_dir):
+    """Median verification pass and draft (ms) and tokens a pass of each SALVO_SPEC_TRACE log."""
+    for path in sorted(glob.glob(os.path.join(log_dir, "trace_*.log"))):
+        p = [re.search(r"pass ([\d.]+) ms draft ([\d.]+) ms accepted (\d+)", l)
+             for l in open(path, errors="replace") if "warm-up" not in l]
+        p = [m for m in p if m]
+        name = os.path.basename(path)[:-4]
+        if not p:
+            print(f"{name}: no passes (still running?)")
+            continue
+        med = lambda xs: sorted(xs)[len(xs) // 2]
+        print(f"{name}: {len(p)} passes, median pass {med([float(m[1]) for m in p]):.3f} ms, "
+              f"draft {med([float(m[2]) for m in p]):.3f} ms, "
+              f"{sum(int(m[3]) + 1 for m in p) / len(p):.2f} tokens a pass")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
     tests(sys.argv[1])
     sweeps(sys.argv[1])
     spec(sys.argv[1])
+    traces(sys.argv[1])
 
 
 if __name__ == "__main__":

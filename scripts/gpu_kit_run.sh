@@ -9,7 +9,7 @@
 # `salvo bench` sweeps (-p 512 -n 128, k-row passes 1-64 at a 512-token context) of every form
 # on both shapes, the forms alternated, two runs each; with the real model's 20 pieces, its
 # model test and sweeps; with the drafter's 2 pieces, bench_spec (none, auto, dflash:adapter:7)
-# per form. Each call copies the pieces it carries, so a replaced machine shows as missing ones
+# per form, then each form's SALVO_SPEC_TRACE over the code prompts (twice, alternated). Each call copies the pieces it carries, so a replaced machine shows as missing ones
 # (read `warm` in every result). A form with KIT_BIN=alt runs the binaries of KIT.alt (another
 # build, gpu_kit.sh --alt), which come in a call of their own: its steps wait for them.
 kit=$(cd "$(dirname "$0")" && pwd)
@@ -106,6 +106,20 @@ if [ "$1" = job ]; then
         --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
         --max-tokens 192 --threads 4 --modes none auto dflash:adapter:7 >$L/spec_$f.log 2>&1
+    done
+    # Where a drafted pass goes, per form: SALVO_SPEC_TRACE over the code prompts, the forms
+    # alternated twice (ab_summary.py prints the median verification pass and draft).
+    python3 -c 'import json, sys
+for r in map(json.loads, open(sys.argv[1])):
+    if r["category"] == "code": print(json.dumps({"prompt": r["messages"][0]["content"]}))' \
+      $W/prompts.jsonl >$W/code.jsonl
+    for rep in 1 2; do
+      for f in $(forms); do
+        env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
+          --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
+          --spec dflash --spec-tree adapter --spec-budget 7 --temperature 0 -n 192 \
+          --prompts-file $W/code.jsonl >$L/text_$f.jsonl 2>$L/trace_${f}_$rep.log
+      done
     done
   fi
   echo "job done $(date +%T)"
