@@ -420,6 +420,53 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
     EXPECT_EQ(kc2.host(), kc1.host());
     EXPECT_EQ(vc2.host(), vc1.host());
   }
+  // With a drafter's q and k norms inside (rms_norm per head first; the same per-thread sums
+  // and block sum, so the same bits), and the k-only form of its context rows (n_head 0).
+  for (int dim : {64, 128}) {
+    SCOPED_TRACE(dim);
+    const auto q = random_floats(3 * n_head * dim, 37, 2.0f),
+               k = random_floats(3 * n_head_kv * dim, 38, 2.0f);
+    const auto v = random_floats(3 * n_head_kv * dim, 39);
+    const auto qw = random_floats(dim, 40), kw = random_floats(dim, 41);
+    Dev<float> q1(q), k1(k), q2(q), k2(k), k3(k), dv(v), dqw(qw), dkw(kw);
+    const int width = n_head_kv * dim;
+    Dev<float> kc1(2 * capacity * width), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n), kc3(kc1.n),
+        vc3(kc1.n);
+    for (Dev<float>* c : {&kc1, &vc1, &kc2, &vc2, &kc3, &vc3}) cudaMemset(c->ptr, 0, c->n * 4);
+    cuda::rms_norm(q1.ptr, dqw.ptr, q1.ptr, 3 * n_head, dim, 1e-6f, nullptr);
+    cuda::rms_norm(k1.ptr, dkw.ptr, k1.ptr, 3 * n_head_kv, dim, 1e-6f, nullptr);
+    cuda::rope(q1.ptr, dpos.ptr, 3, n_head, dim, dim, 1e6f, RopeMode::kRopeNeox, nullptr);
+    cuda::rope(k1.ptr, dpos.ptr, 3, n_head_kv, dim, dim, 1e6f, RopeMode::kRopeNeox, nullptr);
+    cuda::store_kv(bv, {kc1.ptr, vc1.ptr, capacity, width, width}, k1.ptr, dv.ptr, nullptr);
+    const cuda::RopeStoreParams fused{.batch = bv,
+                                      .kv = {kc2.ptr, vc2.ptr, capacity, width, width},
+                                      .q = q2.ptr,
+                                      .k = k2.ptr,
+                                      .v = dv.ptr,
+                                      .n_head = n_head,
+                                      .n_head_kv = n_head_kv,
+                                      .head_dim = dim,
+                                      .n_rot = dim,
+                                      .base = 1e6f,
+                                      .mode = RopeMode::kRopeNeox,
+                                      .q_norm = dqw.ptr,
+                                      .k_norm = dkw.ptr,
+                                      .norm_eps = 1e-6f};
+    cuda::rope_store_kv(fused, nullptr);
+    cuda::RopeStoreParams k_only = fused;
+    k_only.kv = {kc3.ptr, vc3.ptr, capacity, width, width};
+    k_only.q = nullptr;
+    k_only.k = k3.ptr;
+    k_only.n_head = 0;
+    cuda::rope_store_kv(k_only, nullptr);
+    EXPECT_EQ(q2.host(), q1.host());
+    EXPECT_EQ(k2.host(), k1.host());
+    EXPECT_EQ(kc2.host(), kc1.host());
+    EXPECT_EQ(vc2.host(), vc1.host());
+    EXPECT_EQ(k3.host(), k1.host());
+    EXPECT_EQ(kc3.host(), kc1.host());
+    EXPECT_EQ(vc3.host(), vc1.host());
+  }
 }
 
 // Q/K/V-like groups in one launch: each matrix close to its own launch, and every row of a

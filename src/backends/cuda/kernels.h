@@ -285,6 +285,10 @@ struct RopeStoreParams {
   int n_head = 0, n_head_kv = 0, head_dim = 0, n_rot = 0;
   float base = 10000.0f;
   RopeMode mode = RopeMode::kRopeNorm;
+  // Each head's RMSNorm before its RoPE (a DFlash drafter's q and k norms; null: none), so the
+  // two norms need no launches of their own. n_head may be 0 (k alone: observe's context rows).
+  const float *q_norm = nullptr, *k_norm = nullptr;
+  float norm_eps = 0.0f;
 };
 void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream);
 

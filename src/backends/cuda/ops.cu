@@ -125,9 +125,12 @@ __global__ void rope_kernel(float* x, const int32_t* positions, int64_t n_rows, 
   rope_pair(x + rh * head_dim, i, half, static_cast<float>(positions[row]), theta_scale, neox);
 }
 
-// One block per (batch row, head) of q and k: the head's pairs; the blocks of the K heads then
-// store their head's K and the matching V slice into the row's cache slot.
-__global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
+// One block per (batch row, head) of q and k: the head's pairs (after its RMSNorm, with
+// q_norm / k_norm); the blocks of the K heads then store their head's K and the matching V slice
+// into the row's cache slot.
+constexpr int kRopeStoreThreads = 64;
+__global__ void __launch_bounds__(kRopeStoreThreads)
+    rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
   pdl_enter();
   const int r = blockIdx.x, head = blockIdx.y;
   const int half = p.n_rot / 2;
@@ -135,6 +138,15 @@ __global__ void rope_store_kv_kernel(RopeStoreParams p, float theta_scale) {
   float* vec = is_k ? p.k + static_cast<int64_t>(r) * p.kv.k_width + (head - p.n_head) * p.head_dim
                     : p.q + (static_cast<int64_t>(r) * p.n_head + head) * p.head_dim;
   const float pos = static_cast<float>(p.batch.pos[r]);
+  const float* nw = is_k ? p.k_norm : p.q_norm;
+  if (nw != nullptr) {  // uniform over the block
+    float ss = 0.0f;
+    for (int d = threadIdx.x; d < p.head_dim; d += kRopeStoreThreads) ss += vec[d] * vec[d];
+    const float inv =
+        rsqrtf(block_sum<kRopeStoreThreads>(ss) / static_cast<float>(p.head_dim) + p.norm_eps);
+    for (int d = threadIdx.x; d < p.head_dim; d += kRopeStoreThreads) vec[d] = vec[d] * inv * nw[d];
+    __syncthreads();  // a RoPE pair's two values come from different threads
+  }
   for (int i = threadIdx.x; i < half; i += blockDim.x) {
     rope_pair(vec, i, half, pos, theta_scale, p.mode == RopeMode::kRopeNeox);
   }
@@ -358,7 +370,7 @@ void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
   const float theta_scale = rope_theta_scale(p.base, p.n_rot);
   const dim3 grid(static_cast<unsigned>(p.batch.n_rows),
                   static_cast<unsigned>(p.n_head + p.n_head_kv));
-  launch(rope_store_kv_kernel, grid, 64, 0, stream, p, theta_scale);
+  launch(rope_store_kv_kernel, grid, kRopeStoreThreads, 0, stream, p, theta_scale);
 }
 
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
