@@ -206,28 +206,31 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       f16.resize(n);
     }
     for (int64_t r = 0; r < w.n_out; ++r) {
-      for (int64_t i = 0; i < w.n_in; ++i) {
-        const size_t at = static_cast<size_t>(r) * w.n_in + i;
-        row[i] = w.type == DType::kF16 ? fp16_to_fp32(static_cast<const uint16_t*>(w.data)[at])
-                                       : static_cast<const float*>(w.data)[at];
-        if (!to_q8) f16[at] = fp32_to_fp16(row[i]);
+      row_of(w, r, row.data());
+      if (to_q8) {
+        cpu::quantize_row_q8_0(row.data(), q8.data() + r * (w.n_in / 32), w.n_in);
+      } else {
+        for (int64_t i = 0; i < w.n_in; ++i) f16[r * w.n_in + i] = fp32_to_fp16(row[i]);
       }
-      if (to_q8) cpu::quantize_row_q8_0(row.data(), q8.data() + r * (w.n_in / 32), w.n_in);
     }
     p->type = to_q8 ? DType::kQ8_0 : DType::kF16;
     return to_q8 ? upload_bytes(q8.data(), q8.size() * sizeof(BlockQ8_0), &p->w)
                  : upload_bytes(f16.data(), f16.size() * sizeof(uint16_t), &p->w);
+  }
+  // Row r of an F16 or F32 matrix as floats.
+  static void row_of(const WeightView& w, int64_t r, float* row) {
+    for (int64_t i = 0; i < w.n_in; ++i) {
+      const size_t at = static_cast<size_t>(r) * w.n_in + i;
+      row[i] = w.type == DType::kF16 ? fp16_to_fp32(static_cast<const uint16_t*>(w.data)[at])
+                                     : static_cast<const float*>(w.data)[at];
+    }
   }
   Status upload_half(const WeightView& w, MatmulParams* p) {
     const int64_t per_row = w.n_in / kQKK;
     std::vector<BlockQ6_K> blocks(static_cast<size_t>(w.n_out * per_row));
     std::vector<float> row(w.n_in);
     for (int64_t r = 0; r < w.n_out; ++r) {
-      for (int64_t i = 0; i < w.n_in; ++i) {
-        const size_t at = static_cast<size_t>(r) * w.n_in + i;
-        row[i] = w.type == DType::kF16 ? fp16_to_fp32(static_cast<const uint16_t*>(w.data)[at])
-                                       : static_cast<const float*>(w.data)[at];
-      }
+      row_of(w, r, row.data());
       quantize_row_q6_k(row.data(), blocks.data() + r * per_row, w.n_in);
     }
     const std::vector<uint8_t> packed =
