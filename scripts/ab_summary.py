@@ -78,6 +78,36 @@ def traces(log_dir):
               f"{sum(int(m[3]) + 1 for m in p) / len(p):.2f} tokens a pass")
 
 
+def texts(log_dir):
+    """Whether every form's SALVO_SPEC_TRACE run emitted the same text as the first one's."""
+    paths = sorted(glob.glob(os.path.join(log_dir, "text_*.jsonl")))
+    if not paths:
+        return
+    first = open(paths[0], errors="replace").read()
+    differ = [os.path.basename(p) for p in paths[1:] if open(p, errors="replace").read() != first]
+    print(f"texts: {len(paths)} runs, " +
+          (f"differ from {os.path.basename(paths[0])}: {' '.join(differ)}" if differ else "all the same"))
+
+
+def profiles(log_dir):
+    """Each ncu profile's kernels by name: launches and total us (KIT_PROF=1 forms)."""
+    for path in sorted(glob.glob(os.path.join(log_dir, "prof_*.csv"))):
+        by = defaultdict(lambda: [0, 0.0])
+        for l in open(path, errors="replace"):
+            f = [x.strip('"') for x in l.rstrip().split('","')]
+            if len(f) > 14 and f[-3] == "gpu__time_duration.sum":
+                try:
+                    t = float(f[-1].replace(",", ""))
+                except ValueError:
+                    continue
+                k = by[f[4].split("(")[0]]
+                k[0] += 1
+                k[1] += t * {"nsecond": 1e-3, "ns": 1e-3, "msecond": 1e3, "ms": 1e3}.get(f[-2], 1.0)
+        print(f"\n{os.path.basename(path)[:-4]}: kernel, launches, total us")
+        for name, (n, t) in sorted(by.items(), key=lambda x: -x[1][1])[:25]:
+            print(f"  {name[:60]:60} {n:5d} {t:10.1f}")
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -85,6 +115,8 @@ def main():
     sweeps(sys.argv[1])
     spec(sys.argv[1])
     traces(sys.argv[1])
+    texts(sys.argv[1])
+    profiles(sys.argv[1])
 
 
 if __name__ == "__main__":

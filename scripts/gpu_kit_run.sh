@@ -45,6 +45,9 @@ fi
 # form_env NAME: the VAR=VALUE words of form NAME in ab.conf.
 form_env() { awk -v n="$1" '$1 == n { $1 = ""; print }' $W/ab.conf; }
 forms() { awk 'NF { print $1 }' $W/ab.conf; }
+# target_forms: the forms whose words lack KIT_TARGET=0. A form that changes only the drafter says
+# KIT_TARGET=0, and the target-only steps (the model tests and the sweeps) skip it.
+target_forms() { for f in $(forms); do case " $(form_env $f) " in *" KIT_TARGET=0 "*) ;; *) echo $f ;; esac; done; }
 # bin_of NAME: the folder of form NAME's binaries (KIT_BIN=alt: the other build's, once here).
 bin_of() {
   case " $(form_env "$1") " in
@@ -73,6 +76,7 @@ if [ "$1" = job ]; then
   export SALVO_CUDA_TEST_DRAFTERS=$W/drt
   for f in $(forms); do
     for t in model dflash; do
+      [ $t = model ] && ! target_forms | grep -qx $f && continue
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/r15.gguf timeout 300 \
         $(bin_of $f)/cuda_${t}_test >$L/${t}_r15_$f.log 2>&1
       echo "rc $?" >>$L/${t}_r15_$f.log
@@ -80,7 +84,7 @@ if [ "$1" = job ]; then
   done
   echo "tests done $(date +%T)"
   sweep() {  # MODEL TAG REP
-    for f in $(forms); do
+    for f in $(target_forms); do
       env $(form_env $f) $(bin_of $f)/salvo bench --device cuda --model $1 -p 512 -n 128 -r 3 --verify \
         --verify-rows 1,2,4,8,16,32,64 --verify-context 512 --json \
         >$L/ab_$2_${f}_$3.json 2>>$L/ab.err
@@ -91,7 +95,7 @@ if [ "$1" = job ]; then
   echo "random sweeps done $(date +%T)"
   if [ -n "$(ls $W/p/q?? 2>/dev/null)" ]; then
     while [ ! -f $W/m/real.ok ]; do sleep 1; done
-    for f in $(forms); do
+    for f in $(target_forms); do
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/qwen2.5-coder-1.5b.gguf timeout 300 \
         $(bin_of $f)/cuda_model_test >$L/model_real_$f.log 2>&1
       echo "rc $?" >>$L/model_real_$f.log
@@ -118,8 +122,32 @@ for r in map(json.loads, open(sys.argv[1])):
         env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
           --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
           --spec dflash --spec-tree adapter --spec-budget 7 --temperature 0 -n 192 \
-          --prompts-file $W/code.jsonl >$L/text_$f.jsonl 2>$L/trace_${f}_$rep.log
+          --prompts-file $W/code.jsonl >$L/text_${f}_$rep.jsonl 2>$L/trace_${f}_$rep.log
       done
+    done
+    # KIT_BUDGETS=A,B: that form's trace also at those tree budgets (once each), to see where a
+    # cheaper draft moves the best budget.
+    for f in $(forms); do
+      b=$(form_env $f | tr ' ' '\n' | sed -n 's/^KIT_BUDGETS=//p' | tr ',' ' ')
+      for n in $b; do
+        env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
+          --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
+          --spec dflash --spec-tree adapter --spec-budget $n --temperature 0 -n 192 \
+          --prompts-file $W/code.jsonl >$L/text_${f}_b$n.jsonl 2>$L/trace_${f}_b$n.log
+      done
+    done
+    # KIT_PROF=1: ncu's time of every kernel of a few drafted passes of the first code prompt
+    # (graphs off, so each kernel runs alone), in launch order, as prof_FORM.csv.
+    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+    for f in $(forms); do
+      case " $(form_env $f) " in *" KIT_PROF=1 "*) ;; *) continue ;; esac
+      head -n 1 $W/code.jsonl >$W/one.jsonl
+      env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --csv --log-file $L/prof_$f.csv \
+        --cache-control none --clock-control none --metrics gpu__time_duration.sum \
+        --launch-skip 3000 --launch-count 1500 $(bin_of $f)/salvo run --device cuda \
+        --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
+        --spec dflash --spec-tree adapter --spec-budget 7 --temperature 0 -n 128 \
+        --prompts-file $W/one.jsonl >/dev/null 2>$L/prof_$f.err
     done
   fi
   echo "job done $(date +%T)"
