@@ -407,11 +407,20 @@ Status DflashModel::observe(ThreadPool& pool, DflashState& s, int32_t first, int
   return Status();
 }
 
+int DflashConfig::block_rows(int depth) const {
+  static const bool full = [] {
+    const char* v = std::getenv("SALVO_DFLASH_FULL_BLOCK");
+    return v != nullptr && std::atoi(v) != 0;
+  }();
+  return !full && depth < kShortBlock ? std::min(block_size, kShortBlock) : block_size;
+}
+
 void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, int depth,
                               std::vector<float>& logits, int64_t head_rows) const {
   SALVO_CHECK(has_cpu_forward());
   const DflashConfig& c = config_;
-  const int B = c.block_size;
+  depth = std::clamp(depth, 1, c.max_depth());
+  const int B = c.block_rows(depth);
   const int p = s.n_positions;
   const int q_width = c.n_head * c.head_dim;
   const size_t kvw = c.kv_width();
@@ -431,7 +440,6 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   for (int j = 1; j < B; ++j) {
     std::copy(mask_embd_.begin(), mask_embd_.end(), s.x.begin() + j * c.n_embd);
   }
-  depth = std::clamp(depth, 1, B - 1);
   const int group = c.n_head / c.n_head_kv;
   const float scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   for (int il = 0; il < c.n_layer; ++il) {

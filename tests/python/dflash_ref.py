@@ -167,12 +167,14 @@ def _q8_rows(a: np.ndarray) -> np.ndarray:
                                   GGMLQuantizationType.Q8_0).astype(np.float64)
 
 
-def forward(drafter_dir: str, model_path: str, features: np.ndarray, root: int, q8: bool = False):
+def forward(drafter_dir: str, model_path: str, features: np.ndarray, root: int, q8: bool = False,
+            block: int = 0):
     """q8: the drafter's matrices and their inputs rounded to Q8_0 as salvo's CPU forward rounds
-    them (the products themselves stay float64)."""
+    them (the products themselves stay float64). block: the block's rows (0: the drafter's
+    block_size; a shorter block is the root and fewer MASK rows)."""
     cfg, w = _load(drafter_dir, q8)
     W, head = _target(model_path)
-    eps, B, hd = cfg["rms_eps"], cfg["block_size"], cfg["head_dim"]
+    eps, B, hd = cfg["rms_eps"], block or cfg["block_size"], cfg["head_dim"]
     nh, nkv = cfg["n_head"], cfg["n_head_kv"]
     T = features.shape[0]
 

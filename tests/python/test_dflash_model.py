@@ -111,6 +111,30 @@ def test_dflash_shallow_pass_matches_the_full_pass(random_drafter, f16, monkeypa
                                           f"adapter, depth {depth}")
 
 
+def test_dflash_short_block_matches_numpy(tmp_path):
+    """A pass to fewer depths than the short block (DflashConfig::kShortBlock, 8 rows) of a drafter
+    whose block is 16 runs the root and 7 MASK rows only: its logits are the NumPy forward's over
+    that 8-row block, and not the 16-row block's (which the full pass still gives)."""
+    salvo = salvo_bin_or_skip()
+    path = model_path_or_skip(TARGET)
+    drafter = str(tmp_path / "drafter16")
+    cfg = dflash_ref.write_random_drafter(drafter, path, TARGET, block_size=16, seed=3,
+                                          weight_scale=3.0)
+    rng = np.random.default_rng(4)
+    features = rng.standard_normal((11, len(cfg["target_layers"]) * cfg["n_embd"])).astype(np.float32)
+    root, V, depth = 4321, cfg["target"]["n_vocab"], 5
+    inputs = str(tmp_path / "inputs.safetensors")
+    dflash_ref.write_inputs(inputs, features, root, rng.integers(0, V, 15))
+    want_short, _ = dflash_ref.forward(drafter, path, features, root, q8=True, block=8)
+    want_full, _ = dflash_ref.forward(drafter, path, features, root, q8=True)
+    got, _ = run_salvo(salvo, path, drafter, inputs, str(tmp_path), adapter=False, depth=depth)
+    got_full, _ = run_salvo(salvo, path, drafter, inputs, str(tmp_path), adapter=False)
+    check_close(got.reshape(depth, V), want_short[:depth], "short block", max_rel_err=0.03)
+    check_close(got_full.reshape(15, V), want_full, "full block", max_rel_err=0.03)
+    # The two blocks differ, or the test would not tell them apart.
+    assert np.abs(want_short[:depth] - want_full[:depth]).max() > 0.1
+
+
 def test_dflash_bad_drafter_is_a_clear_error(random_drafter, tmp_path):
     salvo = salvo_bin_or_skip()
     path, drafter, inputs, *_ = random_drafter

@@ -25,4 +25,9 @@ Expected<std::unique_ptr<Model>> to_device(std::unique_ptr<Model> cpu_model);
 Expected<std::shared_ptr<const DflashDevice>> dflash_to_device(const DflashModel& drafter,
                                                                const Model& target);
 
+// Whether a drafter's layer matrices go to the fp16 tensor-core kernels as Q6_K (the default;
+// SALVO_DFLASH_CUDA_HALF=0 keeps them on the int8 kernel as Q8_0). A CPU drafter that should read
+// the same weights loads with SALVO_DFLASH_Q6K=1.
+bool dflash_half_layers();
+
 }  // namespace salvo::cuda

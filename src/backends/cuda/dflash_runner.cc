@@ -29,25 +29,31 @@
 namespace salvo::cuda {
 namespace {
 
-// SALVO_DFLASH_CUDA_HALF=1: the layers' matrices in kHalf (DeviceDflash::upload_matrix).
-bool half_layers() {
+// SALVO_DFLASH_FUSED_QK=0 keeps the q and k norms in launches of their own (A/B runs). By
+// default they run inside rope_store_kv's launch: a draft pass loses two launches a layer (3.3 +
+// 2.5 us in session 36's ncu) and observe() two of its three (k norm, RoPE and store). Same bits
+// (cuda_ops_test); session 37 on the H200: draft 0.409 -> 0.399 ms.
+bool fused_qk_norms() {
   static const bool on = [] {
-    const char* v = std::getenv("SALVO_DFLASH_CUDA_HALF");
-    return v != nullptr && std::atoi(v) != 0 && half_enabled();
+    const char* v = std::getenv("SALVO_DFLASH_FUSED_QK");
+    return v == nullptr || std::atoi(v) != 0;
   }();
   return on;
 }
 
-// SALVO_DFLASH_FUSED_QK=1: the q and k norms inside rope_store_kv's launch (A/B runs, not yet
-// timed): a draft pass's two norm launches a layer (3.3 + 2.5 us in session 36's ncu) and
-// observe()'s k norm, RoPE and store (three launches a layer) become one.
-bool fused_qk_norms() {
+}  // namespace
+
+// SALVO_DFLASH_CUDA_HALF=0 keeps the layers' matrices on the int8 kernel (A/B runs); by default
+// they go to kHalf as Q6_K (DeviceDflash::upload_matrix).
+bool dflash_half_layers() {
   static const bool on = [] {
-    const char* v = std::getenv("SALVO_DFLASH_FUSED_QK");
-    return v != nullptr && std::atoi(v) != 0;
+    const char* v = std::getenv("SALVO_DFLASH_CUDA_HALF");
+    return (v == nullptr || std::atoi(v) != 0) && half_enabled();
   }();
   return on;
 }
+
+namespace {
 
 struct DeviceDflashLayer {
   const float *attn_norm = nullptr, *q_norm = nullptr, *k_norm = nullptr, *ffn_norm = nullptr;
@@ -83,7 +89,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
           {&l.q, &d.q},       {&l.k, &d.k},   {&l.v, &d.v},      {&l.o, &d.o},
           {&l.gate, &d.gate}, {&l.up, &d.up}, {&l.down, &d.down}};
       for (const auto& [w, p] : matrices) {
-        SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, &p->shape, half_layers()));
+        SALVO_RETURN_IF_ERROR(upload_matrix(*w, true, &p->shape, dflash_half_layers()));
       }
     }
     if (m.has_adapter()) {
@@ -170,11 +176,12 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   // row's input from L2 for each output row, they took 66 us of a ~0.5 ms draft pass (a_e and b
   // over 57 parents; H200, session 26's ncu).
   //
-  // SALVO_DFLASH_CUDA_HALF=1 (A/B runs, not yet timed): the layers' matrices go as Q6_K packed
-  // for kHalf, the target's fp16 tensor-core kernels, whose 16-row tiles read each weight once
-  // (session 36's ncu: the int8 kernel's 16-row launches of a layer took 58 us for its 19.6 MB,
-  // 0.34 TB/s, 40% of the draft pass). The rounding through Q6_K left tokens a pass as they were
-  // on the CPU (SALVO_DFLASH_Q6K, 16 code prompts: 3.653 against 3.636 in F16, same text).
+  // By default (dflash_half_layers) the layers' matrices go as Q6_K packed for kHalf, the
+  // target's fp16 tensor-core kernels, whose 16-row tiles read each weight once (session 36's
+  // ncu: the int8 kernel's 16-row launches of a layer took 58 us for its 19.6 MB, 0.34 TB/s, 40%
+  // of the draft pass; session 37 on the H200: draft 0.409 -> 0.32 ms, code 2060 -> 2188 tok/s).
+  // The rounding through Q6_K left tokens a pass as they were on the CPU (SALVO_DFLASH_Q6K, 16
+  // code prompts: 3.653 against 3.636 in F16, same text) and on the H200 (3.62 either way).
   Status upload_matrix(const WeightView& w, bool compact, MatmulParams* p, bool half = false) {
     if (w.n_in % 16 != 0) {
       return Status::error("drafter matrix with " + std::to_string(w.n_in) +
@@ -285,7 +292,7 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(logits_.reserve(D * n_vocab * f));
     const size_t xq_values = B * std::max<size_t>(c.n_embd, c.n_ff);
     SALVO_RETURN_IF_ERROR(xq_.reserve(xq_values));
-    if (half_layers()) {  // the fp16 fragments of the layers' matmul inputs
+    if (dflash_half_layers()) {  // the fp16 fragments of the layers' matmul inputs
       const size_t width = static_cast<size_t>(std::max({c.n_embd, c.n_ff, c.n_head * c.head_dim}));
       SALVO_RETURN_IF_ERROR(xh_.reserve(half_frag_rows(B) * width * sizeof(uint16_t)));
     }
@@ -349,7 +356,7 @@ class DeviceDflashRunner : public DflashRunner {
     const size_t obs_xq_values = rows * std::max<size_t>(c.feature_width(), c.n_embd);
     SALVO_RETURN_IF_ERROR(obs_xq_.reserve(obs_xq_values));
     SALVO_RETURN_IF_ERROR(obs_xq_meta_.reserve((obs_xq_values / 32 + rows) * sizeof(Q8Meta)));
-    if (half_layers()) {
+    if (dflash_half_layers()) {
       SALVO_RETURN_IF_ERROR(obs_xh_.reserve(half_frag_rows(n) * c.n_embd * sizeof(uint16_t)));
     }
     // [positions[n], slots[n], seq ids[n]]: slot i holds position i.
@@ -425,11 +432,15 @@ class DeviceDflashRunner : public DflashRunner {
                                      cudaMemcpyHostToDevice, stream_));
     // The LM head, the top-k and the adapter's rows grow with the depths computed: a pass asked
     // for at most kShallowDepths (an 8-row mma tile; the default 7-node trees) computes that
-    // many, a deeper one all. Two graphs, not one per depth: each capture costs a few ms, which
-    // SpecPolicy would take for the drafter's cost at that depth.
-    const int rows = depth <= kShallowDepths ? std::min(kShallowDepths, D) : D;
+    // many, a deeper one all; a pass to fewer depths than DflashConfig::kShortBlock runs the
+    // short block (block_rows), and its head the block's depths. So two graphs (three with
+    // SALVO_DFLASH_FULL_BLOCK=1), not one per depth: each capture costs a few ms, which
+    // SpecPolicy would take for the drafter's cost at that depth. The depths computed name the
+    // block: 7 the short one, 8 and 15 the whole one.
+    const int block = c.block_rows(depth);
+    const int rows = std::min(block - 1, depth <= kShallowDepths ? kShallowDepths : D);
     if (!use_graph_) {
-      enqueue_draft(n_tokens, rows);
+      enqueue_draft(n_tokens, block, rows);
     } else {
       if (graph_n_tokens_ != n_tokens) clear_graphs();
       graph_n_tokens_ = n_tokens;
@@ -438,7 +449,7 @@ class DeviceDflashRunner : public DflashRunner {
       if (exec == nullptr) {
         cudaGraph_t graph;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_draft(n_tokens, rows);
+        enqueue_draft(n_tokens, block, rows);
         SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         SALVO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaGraphDestroy(graph);
@@ -552,16 +563,18 @@ class DeviceDflashRunner : public DflashRunner {
   // ends. As in the target's pass, each norm or activation writes the int8 form of its output
   // for the matmuls that read it (Q/K/V and gate/up one launch each), and h carries a block's
   // output into the next norm's residual add.
-  void enqueue_draft(int32_t n_tokens, int depth) {
+  void enqueue_draft(int32_t n_tokens, int block, int depth) {
     const DflashConfig& c = d_->config;
-    const int B = c.block_size, K = d_->top_k, ne = c.n_embd;
+    // B: the block's rows this pass (DflashConfig::block_rows); meta_ keeps the layout of all
+    // block_size rows.
+    const int B = block, Bm = c.block_size, K = d_->top_k, ne = c.n_embd;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* positions = meta + 2;
     const BatchView bv{.n_rows = B,
-                       .seq = meta + 2 + 2 * B,
+                       .seq = meta + 2 + 2 * Bm,
                        .pos = positions,
-                       .slot = meta + 2 + B,
-                       .subtree_end = meta + 2 + 3 * B,
+                       .slot = meta + 2 + Bm,
+                       .subtree_end = meta + 2 + 3 * Bm,
                        .committed = meta + 1};
     float *x = x_.get<float>(), *h = h_.get<float>(), *q = q_.get<float>(), *k = kb_.get<float>(),
           *v = vb_.get<float>(), *attn = attn_.get<float>(), *gate = gate_.get<float>(),
