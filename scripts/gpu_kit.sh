@@ -11,7 +11,8 @@
 # --ab FILE: the A/B forms, a line each: `name VAR=VALUE ...` (`name` alone: the defaults);
 # without it only the default is measured. Words for the kit itself: KIT_TARGET=0 (the form
 # changes only the drafter: no model tests or sweeps), KIT_PROF=1 (an ncu profile of its drafted
-# passes), KIT_BUDGETS=11,15 (its code trace also at those budgets), KIT_BIN=alt (below). --real: the real Qwen2.5-Coder-1.5B in 20 pieces
+# passes; KIT_PROF_BUDGET=15 profiles 15-node trees instead of 7), KIT_BUDGETS=11,15 (its code
+# trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf

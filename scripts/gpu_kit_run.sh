@@ -136,6 +136,14 @@ for r in map(json.loads, open(sys.argv[1])):
           --prompts-file $W/code.jsonl >$L/text_${f}_b$n.jsonl 2>$L/trace_${f}_b$n.log
       done
     done
+    # KIT_AUTO=1: that form's trace also with --spec auto (the policy's sizes and plain passes).
+    for f in $(forms); do
+      case " $(form_env $f) " in *" KIT_AUTO=1 "*) ;; *) continue ;; esac
+      env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
+        --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
+        --spec auto --temperature 0 -n 192 --prompts-file $W/code.jsonl \
+        >$L/text_${f}_auto.jsonl 2>$L/trace_${f}_auto.log
+    done
     # KIT_PROF=1: ncu's time of every kernel of a few drafted passes of the first code prompt
     # (graphs off, so each kernel runs alone), in launch order, as prof_FORM.csv.
     ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
@@ -146,7 +154,8 @@ for r in map(json.loads, open(sys.argv[1])):
         --cache-control none --clock-control none --metrics gpu__time_duration.sum \
         --launch-skip 3000 --launch-count 1500 $(bin_of $f)/salvo run --device cuda \
         --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
-        --spec dflash --spec-tree adapter --spec-budget 7 --temperature 0 -n 128 \
+        --spec dflash --spec-tree adapter --spec-budget $(form_env $f | tr ' ' '\n' |
+          sed -n 's/^KIT_PROF_BUDGET=//p' | grep . || echo 7) --temperature 0 -n 128 \
         --prompts-file $W/one.jsonl >/dev/null 2>$L/prof_$f.err
     done
   fi
