@@ -26,8 +26,9 @@ Expected<std::shared_ptr<const DflashDevice>> dflash_to_device(const DflashModel
                                                                const Model& target);
 
 // Whether a drafter's layer matrices go to the fp16 tensor-core kernels as Q6_K (the default;
-// SALVO_DFLASH_CUDA_HALF=0 keeps them on the int8 kernel as Q8_0). A CPU drafter that should read
-// the same weights loads with SALVO_DFLASH_Q6K=1.
+// SALVO_DFLASH_CUDA_HALF=0 keeps them on the int8 kernel as Q8_0). For a CPU drafter to read the
+// device's weights, both drafters load with SALVO_DFLASH_Q6K=1 (kHalf's packing rounds the
+// scales again: cuda_dflash_test).
 bool dflash_half_layers();
 
 }  // namespace salvo::cuda
