@@ -77,6 +77,19 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// 16 bytes global -> shared without registers (cp.async, cached in L1: other blocks of the SM
+// read the same activations). The lane that copies is the lane that reads them back, so the
+// wait of the lane's own group is all the ordering needed.
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
+  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -253,6 +266,71 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
   }
 }
 
+// A chunk's activation fragments in a warp's shared slot: [step pair][n tile][lane] uint4.
+constexpr int kStageUint4 = 8 * 32;  // per n tile and chunk
+template <int NT>
+__device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict__ xs,
+                                            int64_t nt_stride, int lane) {
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt)
+      cp_async16(slot + (p * NT + nt) * 32 + lane, xs + nt * nt_stride + p * 32);
+  }
+}
+
+// chunk_steps with the activations from the warp's shared slot (landed: cp_async_wait).
+template <class F, int NT>
+__device__ __forceinline__ void chunk_steps_staged(const typename F::Regs& k, const uint4* slot,
+                                                   int lane, float (&acc)[NT][4]) {
+#pragma unroll
+  for (int p = 0; p < 8; ++p) {
+    uint4 xv[NT];
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) xv[nt] = slot[(p * NT + nt) * 32 + lane];
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      uint32_t a[4];
+      F::step(k, 2 * p + h, a);
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        mma16816(acc[nt], a, h == 0 ? xv[nt].x : xv[nt].z, h == 0 ? xv[nt].y : xv[nt].w);
+      }
+    }
+  }
+}
+
+// tile_sums with the activations staged: a chunk's fragments are copied into the warp's shared
+// ring (two slots) with the next chunk's weights, a chunk ahead, so a step pair reads them from
+// shared memory instead of waiting on L2 at each pair (ncu, random 1.5B, session 38: long
+// scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with
+// 10-22% achieved occupancy to hide it). The sums are the same operations in the same order.
+template <class F, int NT>
+__device__ __forceinline__ void tile_sums_staged(const uint8_t* base, int n_sb, const uint4* xs,
+                                                 int64_t nt_stride, int first, int stride, int lane,
+                                                 uint4* ring, float (&acc)[NT][4]) {
+  int sb = first;
+  typename F::Regs cur, nxt;
+  if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
+  pdl_enter();
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  if (sb < n_sb) stage_chunk<NT>(ring, xs + sb * 256, nt_stride, lane);
+  cp_async_commit();
+  for (int i = 0; sb < n_sb; sb += stride, ++i) {
+    const int next = sb + stride;
+    uint4* slot = ring + (i % 2) * NT * kStageUint4;
+    if (next < n_sb) {
+      F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+      stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
+    }
+    cp_async_commit();
+    cp_async_wait<1>();
+    chunk_steps_staged<F, NT>(cur, slot, lane, acc);
+    cur = nxt;
+  }
+}
+
 // The sums of one tile over the super-blocks first, first + stride, ... of its matrix.
 template <class F, int NT>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
@@ -361,7 +439,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
 }
 
 // A kernel's work: grid (tiles of the group, splits); blockDim.x / 32 warps.
-template <class F, int NT>
+template <class F, int NT, bool Stage>
 __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -372,8 +450,15 @@ __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
-  tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
-                   ks * W + warp, W * n_split, lane, acc);
+  if constexpr (Stage) {
+    extern __shared__ uint4 half_ring[];  // per warp: 2 slots of NT * kStageUint4
+    tile_sums_staged<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                            static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                            half_ring + warp * 2 * NT * kStageUint4, acc);
+  } else {
+    tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
+                     ks * W + warp, W * n_split, lane, acc);
+  }
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -441,9 +526,9 @@ __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   }
 }
 
-template <class F, int NT>
+template <class F, int NT, bool Stage = false>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
-  half_tiles<F, NT>(grp);
+  half_tiles<F, NT, Stage>(grp);
 }
 
 // The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
@@ -452,7 +537,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
 // on them moved the 32- and 64-row forms to 222-255 registers.
 template <class F>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
-  half_tiles<F, 2>(grp);
+  half_tiles<F, 2, false>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -534,11 +619,45 @@ Shape shape_of(int tiles, int n_in, int total_out) {
   return {warps, splits};
 }
 
+// Staged activations (tile_sums_staged) for launches of 5-8 rows; SALVO_HALF_STAGE=0 loads them
+// at each step pair as the other row counts do (A/B runs). Session 38 on the H200, staged for
+// 1-16 rows against none (`salvo bench --verify`, two runs each): the 8-row pass of the random
+// 1.5B 1.331, 1.340 against 1.379, 1.360 ms, of the random 7B 2.665, 2.672 against 2.704, 2.703;
+// one row no faster; 16 rows 7% (1.5B) and 32% (7B) slower: two n tiles a slot take 64-128 KB of
+// shared memory a block, the gate/up launch's occupancy fell from 21% to 15% and its stalls moved
+// to the shared-memory pipe (mio_throttle). Staged for 5-8 rows only, real Qwen2.5-Coder-1.5B
+// with its drafter, 7-node trees on the code prompts: verification pass 1.329, 1.325 against
+// 1.354, 1.357 ms (SALVO_SPEC_TRACE), bench_spec code 2145 against 2084 tok/s, the same text.
+bool stage_rows(int n_rows) {
+  static const bool on = env_int("SALVO_HALF_STAGE", 1) != 0;
+  return on && n_rows > 4 && n_rows <= 8;
+}
+// The dynamic shared memory of a staged launch: two slots of kStageUint4 a warp (one n tile).
+constexpr size_t stage_bytes(int warps) { return size_t{2} * kStageUint4 * sizeof(uint4) * warps; }
+// 8 warps take 64 KB, past the 48 KB a launch gets without asking: asked once, before captures.
+void allow_stage_smem() {
+  static const bool done = [] {
+    for (const void* k :
+         {(const void*)half_kernel<FmtQ4K, 1, true>, (const void*)half_kernel<FmtQ6K, 1, true>}) {
+      SALVO_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            static_cast<int>(stage_bytes(kMaxWarps))));
+    }
+    return true;
+  }();
+  (void)done;
+}
+
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
   if constexpr (NT == 2) {
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
+  } else if constexpr (NT == 1) {
+    if (stage_rows(grp.n_rows)) {
+      allow_stage_smem();
+      return launch(half_kernel<F, 1, true>, grid, 32 * warps, stage_bytes(warps), stream, grp);
+    }
+    launch(half_kernel<F, 1>, grid, 32 * warps, 0, stream, grp);
   } else {
     launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
   }
@@ -757,6 +876,7 @@ void half_frags(const float* x, int64_t n_rows, int64_t n_in, uint16_t* h, cudaS
 }
 
 Status half_prepare(cudaStream_t stream) {
+  allow_stage_smem();
   std::lock_guard<std::mutex> lock(scratch_mu);
   if (scratches().count(stream) > 0) return Status();
   auto sc = std::make_unique<HalfScratch>();
