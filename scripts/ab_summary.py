@@ -5,6 +5,7 @@ passes, each run), then bench_spec's per-category tables and the SALVO_SPEC_TRAC
 
   scripts/ab_summary.py LOG_DIR
 """
+import csv
 import glob
 import json
 import os
@@ -108,6 +109,42 @@ def profiles(log_dir):
             print(f"  {name[:60]:60} {n:5d} {t:10.1f}")
 
 
+def ncu_details(log_dir):
+    """KIT_NCU=1: per kHalf launch of the 1-, 8- and 16-row passes, its grid, time, DRAM / L2 / L1
+    throughput (% of peak), L1 hit rate, achieved occupancy, registers, cycles an issue and the
+    three largest stall reasons (warps an issue)."""
+    want = [("Duration", "us"), ("DRAM Throughput", "dram%"), ("L2 Cache Throughput", "l2%"),
+            ("L1/TEX Cache Throughput", "l1%"), ("L1/TEX Hit Rate", "l1hit"),
+            ("Achieved Occupancy", "occ%"), ("Registers Per Thread", "regs"),
+            ("Warp Cycles Per Issued Instruction", "cyc/iss")]
+    for path in sorted(glob.glob(os.path.join(log_dir, "ncu_*.csv"))):
+        launches = {}
+        lines = [l for l in open(path, errors="replace") if l.startswith('"')]
+        for r in csv.DictReader(lines):
+            if not r["ID"].isdigit():
+                continue
+            d = launches.setdefault(r["ID"], {"grid": r["Grid Size"], "block": r["Block Size"],
+                                              "stalls": {}})
+            name, unit = r["Metric Name"], r["Metric Unit"]
+            value = (r["Metric Value"] or "").replace(",", "")
+            try:
+                v = float(value)
+            except ValueError:
+                continue
+            if name.startswith("smsp__average_warps_issue_stalled_"):
+                d["stalls"][name[len("smsp__average_warps_issue_stalled_"):].split("_per_")[0]] = v
+            elif name == "Duration":
+                d[name] = v * {"nsecond": 1e-3, "ns": 1e-3, "msecond": 1e3, "ms": 1e3}.get(unit, 1.0)
+            else:
+                d[name] = v
+        print(f"\n{os.path.basename(path)[:-4]}: grid block " + " ".join(k for _, k in want) + " stalls")
+        for d in launches.values():
+            top = sorted(d["stalls"].items(), key=lambda x: -x[1])[:3]
+            print(f"  {d['grid']:>12} {d['block']:>11} " +
+                  " ".join(f"{d.get(n, float('nan')):7.1f}" for n, _ in want) + "  " +
+                  " ".join(f"{k} {v:.1f}" for k, v in top))
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit(__doc__)
@@ -117,6 +154,7 @@ def main():
     traces(sys.argv[1])
     texts(sys.argv[1])
     profiles(sys.argv[1])
+    ncu_details(sys.argv[1])
 
 
 if __name__ == "__main__":

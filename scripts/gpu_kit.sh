@@ -12,7 +12,9 @@
 # without it only the default is measured. Words for the kit itself: KIT_TARGET=0 (the form
 # changes only the drafter: no model tests or sweeps), KIT_PROF=1 (an ncu profile of its drafted
 # passes; KIT_PROF_BUDGET=15 profiles 15-node trees instead of 7), KIT_BUDGETS=11,15 (its code
-# trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
+# trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_NCU=1 (ncu's
+# memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
+# random 1.5B), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
@@ -56,6 +58,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: -d "$kit/whl" gguf==0.1
 python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-coder-1.5b.gguf" \
   --out "$kit/qwen2.gguf"
 cp "$root/../shared/bench/prompts.jsonl" "$kit/prompts.jsonl"
+# What is coming in pieces: the job waits for those even when its earlier steps end first.
+echo "real=$real drafter=$drafter" >"$kit/expect"
 cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
 cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
 if [[ -n $ab ]]; then cp "$ab" "$kit/ab.conf"; else echo "default" >"$kit/ab.conf"; fi
@@ -63,7 +67,8 @@ if [[ $real == 1 ]]; then
   rm -rf "$root/.gpu/q" && mkdir -p "$root/.gpu/q"
   split -n 20 -d -a 2 "$models/qwen2.5-coder-1.5b.gguf" "$root/.gpu/q/q"
 fi
-if [[ $drafter == 1 ]]; then
+# The drafter moves out of the tree for the calls: a later kit keeps the pieces already cut.
+if [[ $drafter == 1 ]] && [[ -d $root/drafters/qwen2.5-coder-1.5b || ! -f $root/.gpu/d/d1 ]]; then
   rm -rf "$root/.gpu/d" && mkdir -p "$root/.gpu/d"
   tar cf "$root/.gpu/d/all.tar" -C "$root" drafters/qwen2.5-coder-1.5b
   split -n 2 -d -a 1 "$root/.gpu/d/all.tar" "$root/.gpu/d/d"

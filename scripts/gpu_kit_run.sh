@@ -24,7 +24,7 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   chmod +x $W/bin/*
   pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
   cp -r bench tools tests $W/src/ 2>/dev/null
-  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh} $W/
+  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh,expect} $W/
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
 if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then
@@ -93,7 +93,28 @@ if [ "$1" = job ]; then
   while [ ! -f $W/m/r7.ok ]; do sleep 1; done
   for rep in 1 2; do sweep $W/m/r15.gguf r15 $rep; sweep $W/m/r7.gguf r7 $rep; done
   echo "random sweeps done $(date +%T)"
-  if [ -n "$(ls $W/p/q?? 2>/dev/null)" ]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  # KIT_NCU=1: ncu's throughput, memory, occupancy and warp-state figures of a dozen kHalf
+  # launches (two layers and more) of 1-, 8- and 16-row passes on the random 1.5B, as
+  # ncu_FORM_rK.csv: whether a matmul waits on DRAM, on L2 or on its own latency.
+  stalls=$(for s in long_scoreboard lg_throttle barrier wait short_scoreboard mio_throttle \
+    math_pipe_throttle not_selected selected no_instruction drain membar; do
+    printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' $s; done)
+  for f in $(forms); do
+    case " $(form_env $f) " in *" KIT_NCU=1 "*) ;; *) continue ;; esac
+    for k in 1 8 16; do
+      re='regex:half_kernelI.*Li1E'
+      [ $k = 16 ] && re='regex:half_kernel_16'
+      env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --csv --page details \
+        --kernel-name-base mangled -k "$re" --launch-skip 300 --launch-count 12 \
+        --clock-control none --section SpeedOfLight --section MemoryWorkloadAnalysis \
+        --section Occupancy --section LaunchStats --section WarpStateStats \
+        --metrics "${stalls%,}" $(bin_of $f)/salvo bench --device cuda --model $W/m/r15.gguf \
+        -p 0 -n 0 -r 1 --verify --verify-rows $k --verify-context 512 \
+        >$L/ncu_${f}_r$k.csv 2>$L/ncu_${f}_r$k.err
+    done
+  done
+  if [ -n "$(ls $W/p/q?? 2>/dev/null)" ] || grep -q real=1 $W/expect 2>/dev/null; then
     while [ ! -f $W/m/real.ok ]; do sleep 1; done
     for f in $(target_forms); do
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/qwen2.5-coder-1.5b.gguf timeout 300 \
@@ -103,7 +124,7 @@ if [ "$1" = job ]; then
     for rep in 1 2; do sweep $W/m/qwen2.5-coder-1.5b.gguf real $rep; done
     echo "real sweeps done $(date +%T)"
   fi
-  if [ -n "$(ls $W/p/d? 2>/dev/null)" ]; then
+  if [ -n "$(ls $W/p/d? 2>/dev/null)" ] || grep -q drafter=1 $W/expect 2>/dev/null; then
     while [ ! -f $W/drafter.ok ]; do sleep 1; done
     for f in $(forms); do
       env $(form_env $f) timeout 400 python3 bench/bench_spec.py --device cuda --skip-llama \
@@ -146,7 +167,6 @@ for r in map(json.loads, open(sys.argv[1])):
     done
     # KIT_PROF=1: ncu's time of every kernel of a few drafted passes of the first code prompt
     # (graphs off, so each kernel runs alone), in launch order, as prof_FORM.csv.
-    ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
     for f in $(forms); do
       case " $(form_env $f) " in *" KIT_PROF=1 "*) ;; *) continue ;; esac
       head -n 1 $W/code.jsonl >$W/one.jsonl
