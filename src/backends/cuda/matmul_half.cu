@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "backends/cuda/act.cuh"
+#include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
 #include "backends/cuda/launch.cuh"
@@ -75,19 +76,6 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p));
   return v;
-}
-
-// 16 bytes global -> shared without registers (cp.async, cached in L1: other blocks of the SM
-// read the same activations). The lane that copies is the lane that reads them back, so the
-// wait of the lane's own group is all the ordering needed.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const uint32_t s = static_cast<uint32_t>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
@@ -235,25 +223,15 @@ __device__ __forceinline__ int x_lane(const HalfGroup& grp, int lane) {
   return min(lane / 4, grp.n_rows - 1) * 4 + lane % 4;
 }
 
-// One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma.
-// xs: the lane's activation fragments of the super-block's first step pair (n tile 0); n tile nt
-// is nt_stride uint4 further.
-// One n tile: the first step pair's fragments come in x0, loaded a chunk ahead (the other
-// pairs' loads are issued early enough by ptxas, the first one's was not: tile_sums).
-template <class F, int NT>
-__device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
-                                            int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
+// One super-block: 16 k16 steps, each 4 fragment registers dequantized and NT mma. xv_of(p, nt):
+// the lane's activation fragments of steps 2p and 2p + 1 for n tile nt (a uint4).
+template <class F, int NT, class X>
+__device__ __forceinline__ void chunk_mma(const typename F::Regs& k, X xv_of, float (&acc)[NT][4]) {
 #pragma unroll
   for (int p = 0; p < 8; ++p) {
-    uint4 xv[NT];  // the activation fragments of steps 2p and 2p + 1, one uint4 per n tile
+    uint4 xv[NT];
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) {
-      if constexpr (NT == 1) {
-        xv[nt] = p == 0 ? x0 : __ldg(xs + nt * nt_stride + p * 32);
-      } else {
-        xv[nt] = __ldg(xs + nt * nt_stride + p * 32);
-      }
-    }
+    for (int nt = 0; nt < NT; ++nt) xv[nt] = xv_of(p, nt);
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       uint32_t a[4];
@@ -266,7 +244,25 @@ __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uin
   }
 }
 
-// A chunk's activation fragments in a warp's shared slot: [step pair][n tile][lane] uint4.
+// chunk_mma with the activations from global memory. xs: the lane's fragments of the first step
+// pair (n tile 0); n tile nt is nt_stride uint4 further. One n tile: the first step pair's
+// fragments come in x0, loaded a chunk ahead (the other pairs' loads are issued early enough by
+// ptxas, the first one's was not: tile_sums).
+template <class F, int NT>
+__device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
+                                            int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
+  chunk_mma<F, NT>(
+      k,
+      [&](int p, int nt) {
+        if constexpr (NT == 1) return p == 0 ? x0 : __ldg(xs + p * 32);
+        return __ldg(xs + nt * nt_stride + p * 32);
+      },
+      acc);
+}
+
+// A chunk's activation fragments in a warp's shared slot: [step pair][n tile][lane] uint4. The
+// lane that copies a fragment is the lane that reads it back, so waiting on the lane's own
+// cp.async group is all the ordering needed (no barrier).
 constexpr int kStageUint4 = 8 * 32;  // per n tile and chunk
 template <int NT>
 __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict__ xs,
@@ -275,28 +271,7 @@ __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict
   for (int p = 0; p < 8; ++p) {
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt)
-      cp_async16(slot + (p * NT + nt) * 32 + lane, xs + nt * nt_stride + p * 32);
-  }
-}
-
-// chunk_steps with the activations from the warp's shared slot (landed: cp_async_wait).
-template <class F, int NT>
-__device__ __forceinline__ void chunk_steps_staged(const typename F::Regs& k, const uint4* slot,
-                                                   int lane, float (&acc)[NT][4]) {
-#pragma unroll
-  for (int p = 0; p < 8; ++p) {
-    uint4 xv[NT];
-#pragma unroll
-    for (int nt = 0; nt < NT; ++nt) xv[nt] = slot[(p * NT + nt) * 32 + lane];
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      uint32_t a[4];
-      F::step(k, 2 * p + h, a);
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        mma16816(acc[nt], a, h == 0 ? xv[nt].x : xv[nt].z, h == 0 ? xv[nt].y : xv[nt].w);
-      }
-    }
+      cp_async16_ca(slot + (p * NT + nt) * 32 + lane, xs + nt * nt_stride + p * 32);
   }
 }
 
@@ -326,7 +301,8 @@ __device__ __forceinline__ void tile_sums_staged(const uint8_t* base, int n_sb, 
     }
     cp_async_commit();
     cp_async_wait<1>();
-    chunk_steps_staged<F, NT>(cur, slot, lane, acc);
+    chunk_mma<F, NT>(
+        cur, [&](int p, int nt) { return slot[(p * NT + nt) * 32 + lane]; }, acc);
     cur = nxt;
   }
 }
