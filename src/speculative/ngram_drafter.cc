@@ -8,62 +8,18 @@
 
 namespace salvo {
 
-NgramDrafter::NgramDrafter(const NgramOptions& options) : options_(options) {
+NgramDrafter::NgramDrafter(const NgramOptions& options)
+    : options_(options), index_(options.min_n, options.max_n) {
   SALVO_CHECK(options_.min_n >= 1 && options_.max_n >= options_.min_n &&
               options_.max_match >= options_.max_n && options_.max_scan >= 1);
-  index_.resize(options_.max_n);
-}
-
-uint64_t NgramDrafter::key(int32_t end, int n) const {
-  // splitmix64-style mixing per token: cheap, and well spread for unordered_map's buckets.
-  uint64_t h = 0x9e3779b97f4a7c15ull * static_cast<uint64_t>(n);
-  for (int32_t i = end - n + 1; i <= end; ++i) {
-    h ^= static_cast<uint32_t>(tokens_[i]);
-    h *= 0xbf58476d1ce4e5b9ull;
-    h ^= h >> 31;
-  }
-  return h;
-}
-
-bool NgramDrafter::same_ngram(int32_t end_a, int32_t end_b, int n) const {
-  return std::equal(tokens_.begin() + (end_a - n + 1), tokens_.begin() + end_a + 1,
-                    tokens_.begin() + (end_b - n + 1));
-}
-
-void NgramDrafter::index_position(int32_t end) {
-  for (int n = options_.min_n; n <= options_.max_n && n <= end + 1; ++n) {
-    index_[n - 1][key(end, n)].push_back(end);
-  }
-}
-
-void NgramDrafter::unindex_position(int32_t end) {
-  for (int n = options_.min_n; n <= options_.max_n && n <= end + 1; ++n) {
-    auto it = index_[n - 1].find(key(end, n));
-    SALVO_CHECK(it != index_[n - 1].end() && !it->second.empty() && it->second.back() == end);
-    it->second.pop_back();
-    if (it->second.empty()) index_[n - 1].erase(it);
-  }
-}
-
-void NgramDrafter::sync(std::span<const int32_t> context) {
-  const size_t limit = std::min(context.size(), tokens_.size());
-  const size_t common =
-      std::mismatch(context.begin(), context.begin() + limit, tokens_.begin()).first -
-      context.begin();
-  // Positions are unindexed newest first, so each one is the back of its lists.
-  for (size_t end = tokens_.size(); end-- > common;) unindex_position(static_cast<int32_t>(end));
-  tokens_.resize(common);
-  for (size_t i = common; i < context.size(); ++i) {
-    tokens_.push_back(context[i]);
-    index_position(static_cast<int32_t>(i));
-  }
 }
 
 int32_t NgramDrafter::match_length(int32_t end, int32_t known) const {
-  const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
+  const std::vector<int32_t>& tokens = index_.tokens();
+  const int32_t last = static_cast<int32_t>(tokens.size()) - 1;
   int32_t length = known;
   while (length < options_.max_match && end - length >= 0 &&
-         tokens_[end - length] == tokens_[last - length]) {
+         tokens[end - length] == tokens[last - length]) {
     ++length;
   }
   return length;
@@ -71,17 +27,19 @@ int32_t NgramDrafter::match_length(int32_t end, int32_t known) const {
 
 void NgramDrafter::find_candidates() {
   candidates_.clear();
-  const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
+  const std::span<const int32_t> tokens = index_.tokens();
+  const int32_t last = static_cast<int32_t>(tokens.size()) - 1;
   const size_t wanted = static_cast<size_t>(std::max(1, options_.max_candidates));
   for (int n = std::min<int>(options_.max_n, last + 1);
        n >= options_.min_n && candidates_.size() < wanted; --n) {
-    auto it = index_[n - 1].find(key(last, n));
-    if (it == index_[n - 1].end()) continue;
-    const std::vector<int32_t>& ends = it->second;
+    const std::span<const int32_t> suffix = tokens.subspan(last - n + 1, n);
+    const std::vector<int32_t>* found = index_.ends(suffix);
+    if (found == nullptr) continue;
+    const std::vector<int32_t>& ends = *found;
     const size_t longer = candidates_.size();  // found at a longer n: the same positions again
     int scanned = 0;
     for (auto e = ends.rbegin(); e != ends.rend() && scanned < options_.max_scan; ++e) {
-      if (*e >= last || !same_ngram(*e, last, n)) continue;
+      if (*e >= last || !index_.matches(*e, suffix)) continue;
       ++scanned;
       const bool seen = std::any_of(candidates_.begin(), candidates_.begin() + longer,
                                     [&](const Candidate& c) { return c.end == *e; });
@@ -121,10 +79,11 @@ void NgramDrafter::insert_continuation(std::span<const int32_t> continuation, do
 }
 
 DraftTree NgramDrafter::propose(std::span<const int32_t> context, int budget, int max_depth) {
-  sync(context);
+  index_.sync(context);
   DraftTree tree;
   candidates_.clear();
-  const int32_t last = static_cast<int32_t>(tokens_.size()) - 1;
+  const std::vector<int32_t>& tokens = index_.tokens();
+  const int32_t last = static_cast<int32_t>(tokens.size()) - 1;
   if (last < 0 || budget <= 0 || max_depth <= 0) return tree;
 
   find_candidates();
@@ -142,7 +101,7 @@ DraftTree NgramDrafter::propose(std::span<const int32_t> context, int budget, in
         static_cast<int32_t>(std::min<int64_t>({max_depth, deep, periodic ? deep : period}));
     continuation_.clear();
     for (int32_t k = 0; k < length; ++k) {
-      continuation_.push_back(k < period ? tokens_[c.end + 1 + k] : continuation_[k - period]);
+      continuation_.push_back(k < period ? tokens[c.end + 1 + k] : continuation_[k - period]);
     }
     insert_continuation(continuation_, static_cast<double>(c.length) * c.length, confident);
   }

@@ -19,10 +19,10 @@
 
 #include <cstdint>
 #include <span>
-#include <unordered_map>
 #include <vector>
 
 #include "speculative/drafter.h"
+#include "speculative/ngram_index.h"
 
 namespace salvo {
 
@@ -66,13 +66,6 @@ class NgramDrafter : public Drafter {
     int32_t draft_index = -1;  // node index in the DraftTree once selected
   };
 
-  // Brings the index in line with `context`: forgets positions past the common prefix with the
-  // indexed tokens, then indexes the new ones. Amortised O(new tokens) when context only grows.
-  void sync(std::span<const int32_t> context);
-  void index_position(int32_t end);
-  void unindex_position(int32_t end);
-  uint64_t key(int32_t end, int n) const;
-  bool same_ngram(int32_t end_a, int32_t end_b, int n) const;
   // Tokens before `end` (inclusive) that equal those before the last token, at least `known`.
   int32_t match_length(int32_t end, int32_t known) const;
   // Earlier occurrences of the suffix, longest match first (then most recent).
@@ -81,10 +74,7 @@ class NgramDrafter : public Drafter {
   void insert_continuation(std::span<const int32_t> continuation, double weight, int64_t confident);
 
   NgramOptions options_;
-  std::vector<int32_t> tokens_;
-  // index_[n - 1]: hash of the n-gram ending at position e -> every such e, increasing. Hash
-  // collisions are harmless: lookups compare the tokens.
-  std::vector<std::unordered_map<uint64_t, std::vector<int32_t>>> index_;
+  NgramIndex index_;                   // the sequence (prompt + generated) and its n-grams
   std::vector<Candidate> candidates_;  // scratch of propose()
   std::vector<int32_t> continuation_;  // scratch of propose()
   std::vector<TrieNode> trie_;         // scratch of propose(); trie_[0] is the root
