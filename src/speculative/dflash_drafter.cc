@@ -2,12 +2,22 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 namespace salvo {
 namespace {
 
 // Siblings beyond this many per depth are never worth a verification row.
 constexpr int kMaxSiblings = 8;
+
+// SALVO_DFLASH_CONTEXT=0 turns the adapter trees' context boost (context_boost) off, for A/B runs.
+bool context_boost_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_DFLASH_CONTEXT");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
 
 }  // namespace
 
@@ -66,8 +76,19 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
       // renormalised over those k and scaled to the marginal mass of the k (as the trainer
       // scores them): without the mass every depth would look as sure as the first.
       std::vector<float> scores;
-      auto scorer = [&](int depth, int32_t parent_token) {
+      const bool boost = context_boost_enabled();
+      if (boost) ngrams_.sync(context);
+      auto scorer = [&](int depth, int32_t parent_token, std::span<const int32_t> path) {
         Candidates out = depths[depth - 1];
+        // A parent the context boost added is none of the adapter's candidates: its children
+        // keep the marginals' order.
+        const bool scored = depth == 1 || std::find(depths[depth - 2].tokens.begin(),
+                                                    depths[depth - 2].tokens.end(),
+                                                    parent_token) != depths[depth - 2].tokens.end();
+        if (!scored) {
+          if (boost) context_boost(ngrams_, path, out);
+          return out;
+        }
         double mass = 0;
         for (float lp : out.logprobs) mass += std::exp(static_cast<double>(lp));
         const float log_mass = static_cast<float>(std::log(std::max(mass, 1e-30)));
@@ -87,6 +108,7 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
           sorted.tokens.push_back(out.tokens[i]);
           sorted.logprobs.push_back(scores[i] - log_z + log_mass);
         }
+        if (boost) context_boost(ngrams_, path, sorted);
         return sorted;
       };
       return best_first_tree(scorer, root, budget, max_depth);

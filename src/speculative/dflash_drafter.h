@@ -3,7 +3,8 @@
 // for the sequence's committed positions, fed by observe() with the target's hidden states; each
 // proposal is one draft pass for the root, whose per-depth candidates become a tree
 // (dflash_tree.h): a chain, best-first on cumulative log-probability, or best-first with an
-// adapter rescoring each node's children given its token.
+// adapter rescoring each node's children given its token, and then raising those that repeat
+// the context (context_boost).
 #pragma once
 
 #include <cstdint>
@@ -15,6 +16,7 @@
 #include "speculative/dflash_runner.h"
 #include "speculative/dflash_tree.h"
 #include "speculative/drafter.h"
+#include "speculative/ngram_index.h"
 
 namespace salvo {
 
@@ -57,6 +59,7 @@ class DflashDrafter : public Drafter {
 
   const DflashModel& model_;
   std::unique_ptr<DflashRunner> runner_;
+  NgramIndex ngrams_{3, 4};  // the context's n-grams for context_boost (dflash_tree.h)
   int32_t n_tokens_;
   SpecTree tree_;
   std::vector<Candidates> depths_;

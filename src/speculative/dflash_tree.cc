@@ -68,7 +68,7 @@ DraftTree chain_tree(std::span<const Candidates> depths, int budget, int max_dep
 
 DraftTree best_first_tree(std::span<const Candidates> depths, int budget, int max_depth) {
   return best_first_tree(
-      [&](int depth, int32_t) {
+      [&](int depth, int32_t, std::span<const int32_t>) {
         return depth - 1 < static_cast<int>(depths.size()) ? depths[depth - 1] : Candidates();
       },
       /*root_token=*/-1, budget, max_depth);
@@ -98,7 +98,8 @@ DraftTree best_first_tree(const ChildScorer& children, int32_t root_token, int b
     }
   };
   std::vector<Grown> grown;
-  const Candidates root_children = children(1, root_token);
+  const Candidates root_children = children(1, root_token, {});
+  std::vector<int32_t> path;  // scratch: a node's tokens from depth 1
   std::priority_queue<Entry> queue;
   if (root_children.size() > 0) queue.push({root_children.logprobs[0], -1, 0});
   std::vector<int32_t> root_kids;
@@ -118,8 +119,11 @@ DraftTree best_first_tree(const ChildScorer& children, int32_t root_token, int b
     (e.parent < 0 ? root_kids : grown[e.parent].kids).push_back(index);
     if (more_siblings) queue.push({next_sibling_score, e.parent, e.rank + 1});
     if (depth < max_depth) {
+      path.resize(depth);
+      for (int32_t g = index; g >= 0; g = grown[g].parent)
+        path[grown[g].depth - 1] = grown[g].token;
       Grown& node = grown[index];
-      node.children = children(depth + 1, node.token);
+      node.children = children(depth + 1, node.token, path);
       if (node.children.size() > 0) queue.push({node.score + node.children.logprobs[0], index, 0});
     }
   }
@@ -138,6 +142,59 @@ DraftTree best_first_tree(const ChildScorer& children, int32_t root_token, int b
   }
   tree.set_order(std::move(order));
   return tree;
+}
+
+std::vector<int32_t> context_next(const NgramIndex& context, std::span<const int32_t> path) {
+  // The most recent earlier occurrences looked at.
+  constexpr int kMaxOccurrences = 32;
+  const std::vector<int32_t>& tokens = context.tokens();
+  std::vector<int32_t> next;
+  int32_t suffix[4];  // the last `have` tokens of tokens + path
+  const int have = static_cast<int>(std::min<size_t>(4, tokens.size() + path.size()));
+  for (int i = 0; i < have; ++i) {
+    const size_t back = have - i;  // 1: the last token
+    suffix[i] = back <= path.size() ? path[path.size() - back]
+                                    : tokens[tokens.size() - (back - path.size())];
+  }
+  const int32_t last = static_cast<int32_t>(tokens.size()) - 1;  // a continuation lies before it
+  for (int n = have; n >= 3 && next.empty(); --n) {
+    const std::span<const int32_t> ngram(suffix + have - n, n);
+    const std::vector<int32_t>* ends = context.ends(ngram);
+    if (ends == nullptr) continue;
+    int looked = 0;
+    for (auto e = ends->rbegin(); e != ends->rend() && looked < kMaxOccurrences; ++e) {
+      if (*e >= last || !context.matches(*e, ngram)) continue;
+      ++looked;
+      const int32_t t = tokens[*e + 1];
+      if (std::find(next.begin(), next.end(), t) == next.end()) next.push_back(t);
+    }
+  }
+  return next;
+}
+
+void context_boost(const NgramIndex& context, std::span<const int32_t> path, Candidates& children) {
+  const std::vector<int32_t> next = context_next(context, path);
+  if (next.empty()) return;
+  for (int32_t t : next) {
+    auto it = std::find(children.tokens.begin(), children.tokens.end(), t);
+    if (it == children.tokens.end()) {
+      children.tokens.push_back(t);
+      children.logprobs.push_back(kContextJoined);
+    } else {
+      float& lp = children.logprobs[it - children.tokens.begin()];
+      lp = std::min(0.0f, lp + kContextBoost);
+    }
+  }
+  std::vector<size_t> order(children.size());
+  std::iota(order.begin(), order.end(), size_t{0});
+  std::stable_sort(order.begin(), order.end(),
+                   [&](size_t a, size_t b) { return children.logprobs[a] > children.logprobs[b]; });
+  Candidates sorted;
+  for (size_t i : order) {
+    sorted.tokens.push_back(children.tokens[i]);
+    sorted.logprobs.push_back(children.logprobs[i]);
+  }
+  children = std::move(sorted);
 }
 
 }  // namespace salvo

@@ -36,7 +36,7 @@ std::vector<Path> brute_force(const ChildScorer& children, int32_t root, int bud
   for (int depth = 1; depth <= max_depth; ++depth) {
     std::vector<std::pair<double, Path>> next;
     for (const auto& [score, path] : frontier) {
-      const Candidates c = children(depth, path.empty() ? root : path.back());
+      const Candidates c = children(depth, path.empty() ? root : path.back(), path);
       for (size_t i = 0; i < c.size(); ++i) {
         Path p = path;
         p.push_back(c.tokens[i]);
@@ -126,7 +126,9 @@ TEST(DflashTree, BestFirstFromMarginalsIsTheBudgetBestNodes) {
       EXPECT_LE(tree.max_depth(), max_depth);
       std::vector<Path> got = paths_of(tree);
       std::sort(got.begin(), got.end());
-      const auto scorer = [&](int depth, int32_t) { return depths[depth - 1]; };
+      const auto scorer = [&](int depth, int32_t, std::span<const int32_t>) {
+        return depths[depth - 1];
+      };
       EXPECT_EQ(got, brute_force(scorer, -1, budget, max_depth))
           << "trial " << trial << " budget " << budget;
     }
@@ -137,7 +139,7 @@ TEST(DflashTree, BestFirstWithParentDependentChildren) {
   // An adapter: a node's children depend on its token.
   std::mt19937 rng(3);
   std::map<std::pair<int, int32_t>, Candidates> table;
-  const ChildScorer scorer = [&](int depth, int32_t parent) {
+  const ChildScorer scorer = [&](int depth, int32_t parent, std::span<const int32_t>) {
     auto it = table.find({depth, parent});
     if (it == table.end())
       it = table.emplace(std::make_pair(depth, parent), random_candidates(rng, 3, 30)).first;
@@ -152,13 +154,35 @@ TEST(DflashTree, BestFirstWithParentDependentChildren) {
   }
 }
 
+TEST(DflashTree, BestFirstGivesEachNodeItsPath) {
+  // Children that depend on the whole path (the DFlash drafter's context boost): the scorer is
+  // asked at depth d with the d - 1 tokens above, the last being the parent's.
+  std::mt19937 rng(4);
+  std::map<Path, Candidates> table;
+  const ChildScorer scorer = [&](int depth, int32_t parent, std::span<const int32_t> path) {
+    EXPECT_EQ(static_cast<int>(path.size()), depth - 1);
+    EXPECT_EQ(parent, path.empty() ? 7 : path.back());
+    const Path key(path.begin(), path.end());
+    auto it = table.find(key);
+    if (it == table.end()) it = table.emplace(key, random_candidates(rng, 3, 30)).first;
+    return it->second;
+  };
+  for (int budget : {1, 6, 15, 40}) {
+    const DraftTree tree = best_first_tree(scorer, 7, budget, 5);
+    ASSERT_TRUE(tree.is_valid());
+    std::vector<Path> got = paths_of(tree);
+    std::sort(got.begin(), got.end());
+    EXPECT_EQ(got, brute_force(scorer, 7, budget, 5)) << "budget " << budget;
+  }
+}
+
 // The policy prices every budget below the one verified from the tree's order
 // (SpecPolicy::record_budgets), which holds only if the nodes of order below n are the tree the
 // builder grows for a budget of n, for every tree shape it makes.
 TEST(DflashTree, TheOrderGivesEverySmallerBudgetsTree) {
   std::mt19937 rng(5);
   std::map<std::pair<int, int32_t>, Candidates> table;
-  const ChildScorer adapter = [&](int depth, int32_t parent) {
+  const ChildScorer adapter = [&](int depth, int32_t parent, std::span<const int32_t>) {
     auto it = table.find({depth, parent});
     if (it == table.end())
       it = table.emplace(std::make_pair(depth, parent), random_candidates(rng, 3, 30)).first;
@@ -209,6 +233,63 @@ TEST(DflashTree, EmptyInputsGiveEmptyTrees) {
   EXPECT_TRUE(best_first_tree(depths, 0, 3).empty());
   EXPECT_TRUE(best_first_tree(depths, 8, 0).empty());
   EXPECT_EQ(best_first_tree(depths, 8, 3).size(), 2);  // depth 2 has no candidates
+}
+
+// The context boost's lookup: what followed the last 4 (else 3) tokens of context + path earlier.
+TEST(DflashTree, ContextNextFindsWhatFollowedTheSuffix) {
+  //                                0  1  2  3  4  5  6  7  8  9 10
+  const std::vector<int32_t> text = {5, 1, 2, 3, 9, 7, 1, 2, 3, 8, 1};
+  NgramIndex context(3, 4);
+  context.sync(text);
+  // Suffix (10, 1) + path (2, 3): 4-gram 8 1 2 3 never occurred, 3-gram 1 2 3 ends at 3 and 8.
+  EXPECT_EQ(context_next(context, std::vector<int32_t>{2, 3}), (std::vector<int32_t>{8, 9}));
+  // Suffix 3 8 1 + path 2: the 4-gram 3 8 1 2 is new, 8 1 2 is new: nothing.
+  EXPECT_TRUE(context_next(context, std::vector<int32_t>{2}).empty());
+  // The text's own suffix without a path: 3 8 1 and 2 3 8 1 occur only at the end.
+  EXPECT_TRUE(context_next(context, {}).empty());
+  // A shorter text than 3 tokens and no path: nothing to match.
+  NgramIndex tiny(3, 4);
+  tiny.sync(std::vector<int32_t>{4, 4});
+  EXPECT_TRUE(context_next(tiny, {}).empty());
+  // The 4-gram takes precedence: 1 2 3 9 follows 5 only at 4, so 7 alone.
+  NgramIndex longer(3, 4);
+  longer.sync(std::vector<int32_t>{5, 1, 2, 3, 9, 7, 1, 2, 3, 8, 5, 1, 2, 3, 9});
+  EXPECT_EQ(context_next(longer, {}), (std::vector<int32_t>{7}));
+}
+
+TEST(DflashTree, ContextBoostRaisesAndJoinsRepeatedTokens) {
+  NgramIndex context(3, 4);
+  context.sync(std::vector<int32_t>{5, 1, 2, 3, 9, 7, 1, 2, 3, 8, 1});
+  Candidates children;
+  children.tokens = {4, 9, 6};
+  children.logprobs = {-0.5f, -2.0f, -3.0f};
+  context_boost(context, std::vector<int32_t>{2, 3}, children);
+  // 8 joins at kContextJoined; 9 gains kContextBoost (-2 -> 0) and goes first.
+  EXPECT_EQ(children.tokens, (std::vector<int32_t>{9, 4, 8, 6}));
+  EXPECT_FLOAT_EQ(children.logprobs[0], 0.0f);
+  EXPECT_FLOAT_EQ(children.logprobs[2], kContextJoined);
+  // Without a repeat the children stay as they were.
+  Candidates same = children;
+  context_boost(context, std::vector<int32_t>{6}, same);
+  EXPECT_EQ(same.tokens, children.tokens);
+}
+
+// NgramIndex follows a sequence that grows, is cut back and changes.
+TEST(NgramIndex, SyncKeepsTheIndexInLineWithTheSequence) {
+  NgramIndex index(3, 4);
+  const std::vector<int32_t> a = {1, 2, 3, 1, 2, 3};
+  index.sync(a);
+  const std::vector<int32_t> tri = {1, 2, 3};
+  ASSERT_NE(index.ends(tri), nullptr);
+  EXPECT_EQ(*index.ends(tri), (std::vector<int32_t>{2, 5}));
+  index.sync(std::span<const int32_t>(a).first(4));  // cut back to 1 2 3 1
+  EXPECT_EQ(*index.ends(tri), (std::vector<int32_t>{2}));
+  index.sync(std::vector<int32_t>{7, 2, 3, 1, 2, 3});  // a new text from the first token on
+  EXPECT_EQ(*index.ends(tri), (std::vector<int32_t>{5}));
+  EXPECT_TRUE(index.matches(5, tri));
+  EXPECT_FALSE(index.matches(2, tri));
+  EXPECT_EQ(index.ends(std::vector<int32_t>{1, 2}), nullptr);  // below min_n
+  EXPECT_EQ(index.tokens(), (std::vector<int32_t>{7, 2, 3, 1, 2, 3}));
 }
 
 }  // namespace
