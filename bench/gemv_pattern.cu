@@ -10,17 +10,13 @@
 #include <cstdio>
 #include <vector>
 
+#include "../src/backends/cuda/cp_async.cuh"
+
 namespace {
 
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(s), "l"(gmem));
-}
-__device__ __forceinline__ void commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void wait_group() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
-}
+using salvo::cuda::cp_async16;
+using salvo::cuda::cp_async_commit;
+using salvo::cuda::cp_async_wait;
 
 struct Args {
   const unsigned char* w;
@@ -57,13 +53,13 @@ __global__ void stream_units(Args a) {
   unsigned acc = 0;
   for (int i = 0; i < kStages - 1; ++i) {
     if (i < my_units) stage(i);
-    commit();
+    cp_async_commit();
   }
   for (int i = 0; i < my_units; ++i) {
     __syncwarp();
     if (i + kStages - 1 < my_units) stage(i + kStages - 1);
-    commit();
-    wait_group<kStages - 1>();
+    cp_async_commit();
+    cp_async_wait<kStages - 1>();
     __syncwarp();
     const uint4* row =
         reinterpret_cast<const uint4*>(buf + (i % kStages) * 32 * pitch + lane * pitch);
@@ -72,7 +68,7 @@ __global__ void stream_units(Args a) {
       acc ^= v.x ^ v.y ^ v.z ^ v.w;
     }
   }
-  wait_group<0>();
+  cp_async_wait<0>();
   if (acc == 0x7fffffffu) *a.out = acc;
 }
 

@@ -275,43 +275,16 @@ __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict
   }
 }
 
-// tile_sums with the activations staged: a chunk's fragments are copied into the warp's shared
-// ring (two slots) with the next chunk's weights, a chunk ahead, so a step pair reads them from
+// The sums of one tile over the super-blocks first, first + stride, ... of its matrix. Stage:
+// each chunk's activation fragments are copied into the warp's shared ring (two slots of NT *
+// kStageUint4) with the next chunk's weights, a chunk ahead, so a step pair reads them from
 // shared memory instead of waiting on L2 at each pair (ncu, random 1.5B, session 38: long
-// scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with
-// 10-22% achieved occupancy to hide it). The sums are the same operations in the same order.
-template <class F, int NT>
-__device__ __forceinline__ void tile_sums_staged(const uint8_t* base, int n_sb, const uint4* xs,
-                                                 int64_t nt_stride, int first, int stride, int lane,
-                                                 uint4* ring, float (&acc)[NT][4]) {
-  int sb = first;
-  typename F::Regs cur, nxt;
-  if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
-  pdl_enter();
-#pragma unroll
-  for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  if (sb < n_sb) stage_chunk<NT>(ring, xs + sb * 256, nt_stride, lane);
-  cp_async_commit();
-  for (int i = 0; sb < n_sb; sb += stride, ++i) {
-    const int next = sb + stride;
-    uint4* slot = ring + (i % 2) * NT * kStageUint4;
-    if (next < n_sb) {
-      F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-      stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
-    }
-    cp_async_commit();
-    cp_async_wait<1>();
-    chunk_mma<F, NT>(
-        cur, [&](int p, int nt) { return slot[(p * NT + nt) * 32 + lane]; }, acc);
-    cur = nxt;
-  }
-}
-
-// The sums of one tile over the super-blocks first, first + stride, ... of its matrix.
-template <class F, int NT>
+// scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with 10-22%
+// achieved occupancy to hide it). Either way the sums are the same operations in the same order.
+template <class F, int NT, bool Stage>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
-                                          float (&acc)[NT][4]) {
+                                          uint4* ring, float (&acc)[NT][4]) {
   int sb = first;
   typename F::Regs cur, nxt;
   // Weights are never another kernel's output: the first chunk loads before the wait.
@@ -319,24 +292,39 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   pdl_enter();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  // One n tile: the first step pair's activations load with the next chunk's weights. Without it
-  // the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up at one
-  // row, session 32: 31% of them on that load and the mma after it); with it, H200, random 7B
-  // shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged).
+  // Unstaged, one n tile: the first step pair's activations load with the next chunk's weights.
+  // Without it the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up
+  // at one row, session 32: 31% of them on that load and the mma after it); with it, H200, random
+  // 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged).
   uint4 x0 = {}, x0_next = {};
-  if constexpr (NT == 1) {
+  if constexpr (Stage) {
+    if (sb < n_sb) stage_chunk<NT>(ring, xs + sb * 256, nt_stride, lane);
+    cp_async_commit();
+  } else if constexpr (NT == 1) {
     if (sb < n_sb) x0 = __ldg(xs + sb * 256);
   }
   // One chunk loads while the one before it computes. (Two register sets taken in turn, without
   // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
   // 2.87, with 26% fewer instructions; not understood.)
-  for (; sb < n_sb; sb += stride) {
+  for (int i = 0; sb < n_sb; sb += stride, ++i) {
     const int next = sb + stride;
+    uint4* slot = ring + (i % 2) * NT * kStageUint4;
     if (next < n_sb) {
       F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-      if constexpr (NT == 1) x0_next = __ldg(xs + next * 256);
+      if constexpr (Stage) {
+        stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
+      } else if constexpr (NT == 1) {
+        x0_next = __ldg(xs + next * 256);
+      }
     }
-    chunk_steps<F, NT>(cur, xs + sb * 256, nt_stride, acc, x0);
+    if constexpr (Stage) {
+      cp_async_commit();
+      cp_async_wait<1>();
+      chunk_mma<F, NT>(
+          cur, [&](int p, int nt) { return slot[(p * NT + nt) * 32 + lane]; }, acc);
+    } else {
+      chunk_steps<F, NT>(cur, xs + sb * 256, nt_stride, acc, x0);
+    }
     cur = nxt;
     x0 = x0_next;
   }
@@ -426,15 +414,10 @@ __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
-  if constexpr (Stage) {
-    extern __shared__ uint4 half_ring[];  // per warp: 2 slots of NT * kStageUint4
-    tile_sums_staged<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                            static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                            half_ring + warp * 2 * NT * kStageUint4, acc);
-  } else {
-    tile_sums<F, NT>(base, n_sb, grp.x + x_lane<NT>(grp, lane), static_cast<int64_t>(n_k2) * 32,
-                     ks * W + warp, W * n_split, lane, acc);
-  }
+  extern __shared__ uint4 half_ring[];  // Stage: per warp, 2 slots of NT * kStageUint4
+  tile_sums<F, NT, Stage>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                          static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                          half_ring + warp * 2 * NT * kStageUint4, acc);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -595,7 +578,7 @@ Shape shape_of(int tiles, int n_in, int total_out) {
   return {warps, splits};
 }
 
-// Staged activations (tile_sums_staged) for launches of 5-8 rows; SALVO_HALF_STAGE=0 loads them
+// Staged activations (tile_sums) for launches of 5-8 rows; SALVO_HALF_STAGE=0 loads them
 // at each step pair as the other row counts do (A/B runs). Session 38 on the H200, staged for
 // 1-16 rows against none (`salvo bench --verify`, two runs each): the 8-row pass of the random
 // 1.5B 1.331, 1.340 against 1.379, 1.360 ms, of the random 7B 2.665, 2.672 against 2.704, 2.703;
