@@ -99,17 +99,10 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
         double sum = 0;
         for (float s : scores) sum += std::exp(static_cast<double>(s - max_score));
         const float log_z = max_score + static_cast<float>(std::log(sum));
-        std::vector<size_t> order(out.size());
-        for (size_t i = 0; i < order.size(); ++i) order[i] = i;
-        std::stable_sort(order.begin(), order.end(),
-                         [&](size_t a, size_t b) { return scores[a] > scores[b]; });
-        Candidates sorted;
-        for (size_t i : order) {
-          sorted.tokens.push_back(out.tokens[i]);
-          sorted.logprobs.push_back(scores[i] - log_z + log_mass);
-        }
-        if (boost) context_boost(ngrams_, path, sorted);
-        return sorted;
+        for (size_t i = 0; i < out.size(); ++i) out.logprobs[i] = scores[i] - log_z + log_mass;
+        sort_best_first(out);
+        if (boost) context_boost(ngrams_, path, out);
+        return out;
       };
       return best_first_tree(scorer, root, budget, max_depth);
     }

@@ -185,16 +185,20 @@ void context_boost(const NgramIndex& context, std::span<const int32_t> path, Can
       lp = std::min(0.0f, lp + kContextBoost);
     }
   }
-  std::vector<size_t> order(children.size());
+  sort_best_first(children);
+}
+
+void sort_best_first(Candidates& c) {
+  std::vector<size_t> order(c.size());
   std::iota(order.begin(), order.end(), size_t{0});
   std::stable_sort(order.begin(), order.end(),
-                   [&](size_t a, size_t b) { return children.logprobs[a] > children.logprobs[b]; });
+                   [&](size_t a, size_t b) { return c.logprobs[a] > c.logprobs[b]; });
   Candidates sorted;
   for (size_t i : order) {
-    sorted.tokens.push_back(children.tokens[i]);
-    sorted.logprobs.push_back(children.logprobs[i]);
+    sorted.tokens.push_back(c.tokens[i]);
+    sorted.logprobs.push_back(c.logprobs[i]);
   }
-  children = std::move(sorted);
+  c = std::move(sorted);
 }
 
 }  // namespace salvo

@@ -26,6 +26,9 @@ struct Candidates {
   size_t size() const { return tokens.size(); }
 };
 
+// Sorts the candidates best first (stable: ties keep their order).
+void sort_best_first(Candidates& c);
+
 // The k most likely ids below n_tokens of a logits row of n_vocab, with log-softmax over the
 // whole row.
 Candidates top_candidates(const float* logits, int32_t n_vocab, int32_t n_tokens, int k);
