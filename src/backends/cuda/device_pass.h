@@ -93,12 +93,21 @@ inline Q8Out q8_for_ffn(const Q8Buffer& xq, int n, const DeviceGatedFfn& f) {
 }
 inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride, q.h}; }
 
-// Matmuls over one input in as few launches as their types allow: consecutive ones of one type
-// share a launch (Q/K/V, gate/up).
+// Whether a and b can share a launch: one type, or kHalf matrices of any of its types over the
+// same fp16 input (matmul_half_group).
+inline bool one_launch(const MatmulParams& a, const MatmulParams& b) {
+  if (a.type == b.type) return true;
+  const auto half = [](const MatmulParams& p) {
+    return variant_of(p) == MatmulVariant::kHalf && p.xq.h != nullptr;
+  };
+  return half_mixed_enabled() && half(a) && half(b) && a.xq.h == b.xq.h && a.n_in == b.n_in;
+}
+// Matmuls over one input in as few launches as their types allow: consecutive ones that
+// one_launch allows share a launch (Q/K/V, gate/up).
 inline void matmul_runs(MatmulParams* parts, int n, cudaStream_t stream) {
   int start = 0;
   for (int i = 1; i <= n; ++i) {
-    if (i == n || parts[i].type != parts[start].type) {
+    if (i == n || !one_launch(parts[i], parts[start])) {
       matmul_group(parts + start, i - start, stream);
       start = i;
     }

@@ -226,8 +226,12 @@ std::vector<uint8_t> pack_half_gated(DType type, const void* gate, const void* u
 // kHalf's split scratch of a stream (matmul_prepare / matmul_release call these).
 Status half_prepare(cudaStream_t stream);
 void half_release(cudaStream_t stream);
-// matmul() of kHalf matrices; parts (up to 3, one type and width, the same p.xq.h) share a launch.
+// matmul() of kHalf matrices; parts (up to 3, one width, the same p.xq.h) share a launch. Their
+// types may differ (a Q6_K V beside Q4_K Q and K): each block runs its own part's format.
 void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stream);
+// Whether kHalf matrices of different types share a launch (SALVO_HALF_MIXED=0: one launch per
+// type, for A/B runs).
+bool half_mixed_enabled();
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream);

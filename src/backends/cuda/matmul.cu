@@ -258,7 +258,8 @@ void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
   bool all_half = n_parts > 1;
   for (int i = 0; i < n_parts && all_half; ++i) {
     all_half = variant_of(parts[i]) == MatmulVariant::kHalf && parts[i].xq.h != nullptr &&
-               parts[i].type == parts[0].type && parts[i].n_in == parts[0].n_in;
+               (parts[i].type == parts[0].type || half_mixed_enabled()) &&
+               parts[i].n_in == parts[0].n_in;
   }
   if (all_half) return matmul_half_group(parts, n_parts, stream);
   bool one_launch = n_parts > 1;

@@ -37,6 +37,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "backends/cuda/act.cuh"
@@ -182,6 +183,15 @@ struct HalfPart {
   HalfRole role = HalfRole::kPlain;
 };
 
+// A launch whose parts differ in format (Q4_K Q and K with a Q6_K V, as Q4_K_M files have in
+// about half the layers): each block runs its own part's format, so a tile's sums are those of a
+// launch of its format alone, and the V of those layers needs no launch of its own. H200, session
+// 39 (`salvo bench --verify`, two runs each, SALVO_HALF_MIXED=0 the other form): real
+// Qwen2.5-Coder-1.5B 8-row pass 1.313, 1.319 against 1.351, 1.351 ms, 1 row 1.201, 1.204 against
+// 1.216, 1.217; drafted code passes (traced) 1.305, 1.309 against 1.330, 1.332; the random 7B
+// unchanged (2.41-2.42 ms at 1 row, 2.66 at 8: its Q/K/V launch already takes two waves).
+struct FmtMixed {};
+
 // The elements (a, b) of rotation pair p of a head (rope_row_order): pairs below n_rot / 2
 // rotate (NEOX: i and i + n_rot / 2; else 2i and 2i + 1), the rest are consecutive elements.
 __host__ __device__ inline void rope_pair_dims(int p, int n_rot, bool neox, int& a, int& b) {
@@ -210,6 +220,7 @@ struct HalfGroup {
   uint16_t* gated_h = nullptr;
   int64_t row0 = 0;
   RopeEpilogue rope;  // the parts whose role is not kPlain
+  int q6k_parts = 0;  // FmtMixed: bit i set where part i is Q6_K (else Q4_K)
 };
 
 // The lane's uint4 within a 32-lane group of the fragments: lane (g, t) holds column g, and with
@@ -402,15 +413,11 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   }
 }
 
-// A kernel's work: grid (tiles of the group, splits); blockDim.x / 32 warps.
+// One block's tile of part m: grid (tiles of the group, splits); blockDim.x / 32 warps.
 template <class F, int NT, bool Stage>
-__device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
+__device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& m, int tile) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  int part = 0;
-  while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
-  const HalfPart& m = grp.m[part];
-  const int tile = blockIdx.x - grp.first[part];
   const int n_sb = grp.n_in / 256, n_k2 = grp.n_in / 32;
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
@@ -482,6 +489,21 @@ __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
         m.y[static_cast<int64_t>(col) * m.n_out + o] = finish(m, acc[nt][i], o);
       }
     }
+  }
+}
+
+// A kernel's work: the block's part and tile, then that part's format.
+template <class F, int NT, bool Stage>
+__device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
+  int part = 0;
+  while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
+  const HalfPart& m = grp.m[part];
+  const int tile = blockIdx.x - grp.first[part];
+  if constexpr (std::is_same_v<F, FmtMixed>) {
+    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage>(grp, m, tile);
+    return tile_work<FmtQ4K, NT, Stage>(grp, m, tile);
+  } else {
+    return tile_work<F, NT, Stage>(grp, m, tile);
   }
 }
 
@@ -597,7 +619,8 @@ constexpr size_t stage_bytes(int warps) { return size_t{2} * kStageUint4 * sizeo
 void allow_stage_smem() {
   static const bool done = [] {
     for (const void* k :
-         {(const void*)half_kernel<FmtQ4K, 1, true>, (const void*)half_kernel<FmtQ6K, 1, true>}) {
+         {(const void*)half_kernel<FmtQ4K, 1, true>, (const void*)half_kernel<FmtQ6K, 1, true>,
+          (const void*)half_kernel<FmtMixed, 1, true>}) {
       SALVO_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(stage_bytes(kMaxWarps))));
     }
@@ -707,6 +730,14 @@ int block_bytes(DType type) { return type == DType::kQ4_K ? 144 : 210; }
 bool half_enabled() {
   static const bool on = [] {
     const char* v = std::getenv("SALVO_CUDA_HALF");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
+bool half_mixed_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_HALF_MIXED");
     return v == nullptr || std::atoi(v) != 0;
   }();
   return on;
@@ -857,13 +888,16 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
   HalfGroup grp;
   grp.n = n_parts;
   int total_out = 0;
+  bool mixed = false;
   for (int i = 0; i < n_parts; ++i) {
     const MatmulParams& q = parts[i];
     SALVO_CHECK(q.variant == MatmulVariant::kHalf && half_supported(q.type, q.n_out, q.n_in));
-    SALVO_CHECK(q.type == p.type && q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
+    SALVO_CHECK(q.n_in == p.n_in && q.n_rows == p.n_rows && q.xq.h == p.xq.h);
     SALVO_CHECK(q.xq.h != nullptr);
     grp.m[i] = {static_cast<const uint8_t*>(q.w), q.y,   q.bias, q.half_scale,
                 static_cast<int>(q.n_out),        q.role};
+    if (q.type == DType::kQ6_K) grp.q6k_parts |= 1 << i;
+    mixed = mixed || q.type != p.type;
     if (q.role != HalfRole::kPlain) {
       SALVO_CHECK(q.rope.batch.n_rows == p.n_rows && q.n_out % 16 == 0);
       grp.rope = q.rope;
@@ -907,7 +941,9 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     for (int i = 0; i < n_parts; ++i) {  // a gated matrix writes n_out / 2 columns a row
       piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
     }
-    if (p.type == DType::kQ4_K) {
+    if (mixed) {
+      launch_rows<FmtMixed>(piece, sh.warps, stream);
+    } else if (p.type == DType::kQ4_K) {
       launch_rows<FmtQ4K>(piece, sh.warps, stream);
     } else {
       launch_rows<FmtQ6K>(piece, sh.warps, stream);
