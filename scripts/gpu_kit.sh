@@ -12,8 +12,9 @@
 # without it only the default is measured. Words for the kit itself: KIT_TARGET=0 (the form
 # changes only the drafter: no model tests or sweeps), KIT_PROF=1 (an ncu profile of its drafted
 # passes; KIT_PROF_BUDGET=15 profiles 15-node trees instead of 7), KIT_BUDGETS=11,15 (its code
-# trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_NCU=1 (ncu's
-# memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
+# trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_SWEEP=1
+# (bench_spec --dflash-sweep: chain, best-first and adapter trees at budgets 8-64 per category),
+# KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
 # random 1.5B), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).

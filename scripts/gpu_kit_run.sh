@@ -132,6 +132,15 @@ if [ "$1" = job ]; then
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
         --max-tokens 192 --threads 4 --modes none auto dflash:adapter:7 >$L/spec_$f.log 2>&1
     done
+    # KIT_SWEEP=1: that form's tokens a pass and tok/s for chain, best-first and adapter trees
+    # at budgets 8, 16, 32 and 64 per category (bench_spec --dflash-sweep), as sweep_FORM.log.
+    for f in $(forms); do
+      case " $(form_env $f) " in *" KIT_SWEEP=1 "*) ;; *) continue ;; esac
+      env $(form_env $f) timeout 900 python3 bench/bench_spec.py --device cuda --skip-llama \
+        --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
+        --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
+        --max-tokens 192 --threads 4 --modes none --dflash-sweep >$L/sweep_$f.log 2>&1
+    done
     # Where a drafted pass goes, per form: SALVO_SPEC_TRACE over the code prompts, the forms
     # alternated twice (ab_summary.py prints the median verification pass and draft).
     python3 -c 'import json, sys
