@@ -245,8 +245,10 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
   // The one-row cost drifts (load, context length) and every comparison depends on it: it is
   // re-measured every kPlainRefresh drafted passes, and four times as often while drafting wins
   // by less than kClearWin, where a stale plain figure could keep a losing drafter on.
-  const bool clear_win = drafted_rate_ * pass_ms(1) > kClearWin;
-  const int refresh = clear_win ? kPlainRefresh : kPlainRefresh / 4;
+  const double win = drafted_rate_ * pass_ms(1);
+  const int refresh = win > kWideWin    ? 4 * kPlainRefresh
+                      : win > kClearWin ? kPlainRefresh
+                                        : kPlainRefresh / 4;
   if (drafting_ && ++drafted_since_plain_ > refresh) {
     drafted_since_plain_ = 0;
     return {};

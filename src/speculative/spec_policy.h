@@ -166,6 +166,11 @@ class SpecPolicy {
   // such a win into a loss. (At 1.5, code on the H200 at 1.35-1.45x drafted 8 passes to a
   // plain one: ~2% of its rate.)
   static constexpr double kClearWin = 1.25;
+  // A win this wide re-measures the plain pass 4x less often (every 4 kPlainRefresh drafted
+  // passes): only a plain figure off by half could turn it into a loss, and each plain pass costs
+  // what a drafted one would have yielded beyond it. (Session 39 on the H200, code at 2.5x plain:
+  // ~0.7 ms of a 1.6 ms pass each, one or two per answer of ~50 passes, ~1-2% of auto's time.)
+  static constexpr double kWideWin = 2.0;
   // Of the drafted passes' time that verifying a wider budget tree than the chosen one may add.
   static constexpr double kExploreShare = 0.01;
   static constexpr double kProbeShare = 0.015;      // of plain time that failed probes may cost

@@ -1158,5 +1158,33 @@ TEST(SpecPolicyTest, MarginalDraftingRechecksThePlainCostSoon) {
   EXPECT_LE(drafted, 10);
 }
 
+// Drafting that wins by more than kWideWin (DFlash trees on a GPU: ~2.5x plain on code)
+// re-measures the plain pass every 4 kPlainRefresh drafted passes, a clear win every
+// kPlainRefresh: each plain pass gives up what a drafted one would have yielded beyond it.
+TEST(SpecPolicyTest, WideWinsRemeasureThePlainPassRarely) {
+  for (const int tokens : {4, 2}) {  // 4 tokens per 1.6 ms: 2.75x plain; 2: 1.38x
+    SpecPolicy policy(/*adaptive=*/true, /*budget_trees=*/true);
+    int plain = 0;
+    for (int i = 0; i < 1000; ++i) {
+      const DraftSize size = policy.next(7, 15);
+      if (!size.drafting()) {
+        ++plain;
+        policy.record({.rows = 1, .pass_ms = 1.1});
+        continue;
+      }
+      policy.record({.rows = 1 + size.budget,
+                     .pass_ms = 1.3,
+                     .draft_ms = 0.3,
+                     .tree_depth = tokens,
+                     .accepted = tokens - 1,
+                     .tested = tokens,
+                     .tokens_emitted = tokens});
+    }
+    std::printf("%d tokens a pass: %d plain passes of 1000\n", tokens, plain);
+    EXPECT_LE(plain, tokens == 4 ? 12 : 40) << tokens;
+    EXPECT_GE(plain, tokens == 4 ? 4 : 20) << tokens;
+  }
+}
+
 }  // namespace
 }  // namespace salvo
