@@ -96,11 +96,7 @@ inline Q8Rows as_rows(const Q8Out& q) { return {q.q, q.meta, q.meta_stride, q.h}
 // Whether a and b can share a launch: one type, or kHalf matrices of any of its types over the
 // same fp16 input (matmul_half_group).
 inline bool one_launch(const MatmulParams& a, const MatmulParams& b) {
-  if (a.type == b.type) return true;
-  const auto half = [](const MatmulParams& p) {
-    return variant_of(p) == MatmulVariant::kHalf && p.xq.h != nullptr;
-  };
-  return half_mixed_enabled() && half(a) && half(b) && a.xq.h == b.xq.h && a.n_in == b.n_in;
+  return a.type == b.type || (half_shares_launch(a, b) && a.xq.h == b.xq.h);
 }
 // Matmuls over one input in as few launches as their types allow: consecutive ones that
 // one_launch allows share a launch (Q/K/V, gate/up).

@@ -232,6 +232,9 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
 // Whether kHalf matrices of different types share a launch (SALVO_HALF_MIXED=0: one launch per
 // type, for A/B runs).
 bool half_mixed_enabled();
+// Whether a and b may share a matmul_half_group launch: both kHalf over the same width with fp16
+// inputs, of one type or (half_mixed_enabled) of two.
+bool half_shares_launch(const MatmulParams& a, const MatmulParams& b);
 
 void rms_norm(const float* x, const float* w, float* out, int64_t n_rows, int dim, float eps,
               cudaStream_t stream);

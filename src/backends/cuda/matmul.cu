@@ -254,13 +254,16 @@ void matmul(const MatmulParams& p, cudaStream_t stream) {
   }
 }
 
+bool half_shares_launch(const MatmulParams& a, const MatmulParams& b) {
+  const auto half = [](const MatmulParams& p) {
+    return variant_of(p) == MatmulVariant::kHalf && p.xq.h != nullptr;
+  };
+  return half(a) && half(b) && a.n_in == b.n_in && (a.type == b.type || half_mixed_enabled());
+}
+
 void matmul_group(MatmulParams* parts, int n_parts, cudaStream_t stream) {
   bool all_half = n_parts > 1;
-  for (int i = 0; i < n_parts && all_half; ++i) {
-    all_half = variant_of(parts[i]) == MatmulVariant::kHalf && parts[i].xq.h != nullptr &&
-               (parts[i].type == parts[0].type || half_mixed_enabled()) &&
-               parts[i].n_in == parts[0].n_in;
-  }
+  for (int i = 0; i < n_parts && all_half; ++i) all_half = half_shares_launch(parts[i], parts[0]);
   if (all_half) return matmul_half_group(parts, n_parts, stream);
   bool one_launch = n_parts > 1;
   for (int i = 0; i < n_parts && one_launch; ++i) {
