@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Offline replay of DFlash tree construction (a study tool, not a test).
+
+In greedy decoding the text does not depend on the trees, so the tokens a pass that a tree
+policy reaches can be found without the target: tests/tools/dflash_replay_dump writes what the
+drafter proposes at every position of known texts (each depth's K best candidates, their
+log-probabilities and the adapter's scores for every candidate parent), and this script builds
+the trees from them as src/speculative/dflash_tree.cc and dflash_drafter.cc do, walks each tree
+against the text, and moves to the next root as a real run would.
+
+  build/release/salvo run --model M --prompts-file P --json --temperature 0 -n 192 ... > texts.jsonl
+  python3 bench/dflash_replay.py sequences texts.jsonl > seqs.txt
+  build/release/tests/dflash_replay_dump M DRAFTER seqs.txt dump.bin 16
+  python3 bench/dflash_replay.py replay dump.bin texts.jsonl --prompts ../shared/bench/prompts.jsonl \
+      --budgets 7 16 32 64 [--tree adapter|best|chain] [--boost 2.0] [--joined -1.0] ...
+
+Prints tokens a pass (the median over each category's texts, as bench_spec reports) per budget.
+"""
+from __future__ import annotations
+
+import argparse
+import heapq
+import json
+import math
+import statistics
+import sys
+
+import numpy as np
+
+
+def read_texts(path):
+    texts = []
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("{"):
+            r = json.loads(line)
+            texts.append((list(r["prompt_tokens"]), list(r["tokens"]), r))
+    return texts
+
+
+def cmd_sequences(args):
+    for prompt, answer, _ in read_texts(args.texts):
+        print(len(prompt), *prompt, *answer)
+
+
+def read_dump(path):
+    raw = np.fromfile(path, dtype=np.int32)
+    D, K, has_adapter, budget = (int(x) for x in raw[:4])
+    h = 4  # a position's [text, p, root, depth reached in the engine's tree]
+    rec = h + 2 * D * K + D * K * K
+    body = raw[4:]
+    n = body.size // rec
+    body = body[: n * rec].reshape(n, rec)
+    head = body[:, :h]
+    toks = body[:, h:h + D * K].reshape(n, D, K)
+    lps = body[:, h + D * K:h + 2 * D * K].copy().view(np.float32).reshape(n, D, K)
+    ad = body[:, h + 2 * D * K:].copy().view(np.float32).reshape(n, D, K, K)
+    return D, K, bool(has_adapter), budget, head, toks, lps, ad
+
+
+class Ngrams:
+    """The context's n-grams (NgramIndex, which holds 3 and 4): n-gram -> end indices, ascending."""
+
+    def __init__(self, ids):
+        self.ids = ids
+        self.ends = {}
+        for n in range(1, 9):
+            for e in range(n - 1, len(ids)):
+                self.ends.setdefault(tuple(ids[e - n + 1:e + 1]), []).append(e)
+
+    def next_tokens(self, p, path, max_n=4, min_n=3, max_occ=32, with_n=False):
+        """context_next: the context is ids[:p + 1]. with_n: also the n-gram length matched."""
+        n_ctx = p + 1
+        have = min(max_n, n_ctx + len(path))
+        seq = list(self.ids[max(0, n_ctx - have):n_ctx]) + list(path)
+        suffix = seq[-have:]
+        last = n_ctx - 1
+        out = []
+        for n in range(have, min_n - 1, -1):
+            if out:
+                break
+            ends = self.ends.get(tuple(suffix[have - n:]))
+            if not ends:
+                continue
+            looked = 0
+            for e in reversed(ends):
+                if e >= last:
+                    continue
+                if looked >= max_occ:
+                    break
+                looked += 1
+                t = self.ids[e + 1]
+                if t not in out:
+                    out.append(t)
+            if out and with_n:
+                return out, n
+        return (out, 0) if with_n else out
+
+
+def sort_best_first(tokens, lps):
+    order = sorted(range(len(tokens)), key=lambda i: -lps[i])  # stable
+    return [tokens[i] for i in order], [lps[i] for i in order]
+
+
+def build_tree(cfg, rec, p, ngrams, budget):
+    """best_first_tree with dflash_drafter's scorer. Returns nodes: (token, parent, depth)."""
+    toks, lps, ad = rec
+    D = toks.shape[0]
+    W = cfg.width
+    max_depth = min(D, budget, cfg.max_depth)
+    f32 = np.float32
+
+    def scorer(depth, parent_token, path):
+        t = [int(x) for x in toks[depth - 1, :W] if x >= 0]
+        lp = [float(x) for x in lps[depth - 1, :len(t)]]
+        if cfg.tree == "best":
+            return t, lp
+        scored = True
+        if depth > 1:
+            prev = [int(x) for x in toks[depth - 2, :W]]
+            scored = parent_token in prev
+        if scored:
+            i = 0 if depth == 1 else prev.index(parent_token)
+            s = ad[depth - 1, i, :len(t)].astype(np.float32)
+            mass = sum(math.exp(x) for x in lp)
+            log_mass = f32(math.log(max(mass, 1e-30)))
+            mx = float(s.max())
+            log_z = f32(mx + math.log(sum(math.exp(float(x) - mx) for x in s)))
+            lp = [float(f32(f32(s[j] - log_z) + log_mass)) for j in range(len(t))]
+            t, lp = sort_best_first(t, lp)
+        if cfg.boost is not None:
+            nxt, n = ngrams.next_tokens(p, path, cfg.max_n, cfg.min_n, with_n=True)
+            boost = cfg.boost + cfg.boost_per_n * (n - cfg.min_n)
+            if nxt:
+                t, lp = list(t), list(lp)
+                for rank, tok in enumerate(nxt[:cfg.max_next]):
+                    if tok in t:
+                        j = t.index(tok)
+                        lp[j] = min(0.0, lp[j] + boost)
+                    else:
+                        t.append(tok)
+                        lp.append(cfg.joined)
+                t, lp = sort_best_first(t, lp)
+        return t, lp
+
+    if cfg.tree == "chain":
+        return [(int(toks[d, 0]), d - 1, d + 1) for d in range(min(budget, max_depth))]
+    nodes = []  # (token, parent, depth, score, children(t, lp), path)
+    root_t, root_lp = scorer(1, -1, [])
+    heap = []
+    if root_t:
+        heapq.heappush(heap, (-root_lp[0], -1, 0))
+    while len(nodes) < budget and heap:
+        negs, parent, rank = heapq.heappop(heap)
+        sib_t, sib_lp = (root_t, root_lp) if parent < 0 else nodes[parent][4]
+        token = sib_t[rank]
+        depth = 1 if parent < 0 else nodes[parent][2] + 1
+        pscore = 0.0 if parent < 0 else nodes[parent][3]
+        if rank + 1 < len(sib_t):
+            heapq.heappush(heap, (-(pscore + sib_lp[rank + 1]), parent, rank + 1))
+        path = ([] if parent < 0 else nodes[parent][5]) + [token]
+        score = -negs
+        children = ([], [])
+        index = len(nodes)
+        if depth < max_depth:
+            children = scorer(depth + 1, token, path)
+            if children[0]:
+                heapq.heappush(heap, (-(score + children[1][0]), index, 0))
+        nodes.append((token, parent, depth, score, children, path))
+    return [(n[0], n[1], n[2]) for n in nodes]
+
+
+def accepted(nodes, ids, p):
+    kids = {}
+    for i, (t, parent, _) in enumerate(nodes):
+        kids.setdefault(parent, []).append(i)
+    at, depth = -1, 0
+    while True:
+        if p + depth + 1 >= len(ids):
+            return depth
+        want = ids[p + depth + 1]
+        nxt = [i for i in kids.get(at, []) if nodes[i][0] == want]
+        if not nxt:
+            return depth
+        at, depth = nxt[0], depth + 1
+
+
+def cmd_check(args):
+    """The replay's trees against the engine's at every position of a dump written with BUDGET."""
+    D, K, has_adapter, budget, head, toks, lps, ad = read_dump(args.dump)
+    if budget <= 0:
+        sys.exit("the dump has no engine trees: write it with a BUDGET")
+    texts = read_texts(args.texts)
+    ngrams = [Ngrams(prompt + answer) for prompt, answer, _ in texts]
+    same = 0
+    for i, h in enumerate(head):
+        ti, p, engine_depth = int(h[0]), int(h[1]), int(h[3])
+        prompt, answer, _ = texts[ti]
+        ids = prompt + answer
+        nodes = build_tree(args, (toks[i], lps[i], ad[i]), p, ngrams[ti], budget)
+        mine = accepted(nodes, ids, p)
+        same += mine == engine_depth
+        if mine != engine_depth and args.verbose:
+            print(f"text {ti} position {p}: replay {mine}, engine {engine_depth}")
+    print(f"{same} of {len(head)} positions reach the same depth as the engine's trees "
+          f"(budget {budget})")
+    sys.exit(0 if same == len(head) else 1)
+
+
+def cmd_replay(args):
+    D, K, has_adapter, _, head, toks, lps, ad = read_dump(args.dump)
+    texts = read_texts(args.texts)
+    cats = []
+    if args.prompts:
+        cats = [json.loads(line)["category"] for line in open(args.prompts) if line.strip()]
+    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}
+    results = {}
+    ends = {b: {"outside": 0, "inside": 0} for b in args.budgets}
+    for budget in args.budgets:
+        per_cat = {}
+        for ti, (prompt, answer, r) in enumerate(texts):
+            if args.only and (ti >= len(cats) or cats[ti] not in args.only):
+                continue
+            ids = prompt + answer
+            ng = Ngrams(ids)
+            p = len(prompt)  # the first drafted root: the first answer token
+            passes, made = 1, 1  # the prefill's pass gives the first answer token
+            while p + 1 < len(ids):
+                i = where.get((ti, p))
+                if i is None:
+                    break
+                nodes = build_tree(args, (toks[i], lps[i], ad[i]), p, ng, budget)
+                a = accepted(nodes, ids, p)
+                a = min(a, len(ids) - 1 - p - 1) if p + 1 + a >= len(ids) else a
+                if p + a + 2 < len(ids) and a < D and budget > a:
+                    # Why the pass ended: the next token was not among its depth's candidates
+                    # (only a better drafter helps), or it was and the tree left it out.
+                    out_of_reach = ids[p + a + 2] not in [int(x) for x in toks[i][a][:args.width]]
+                    ends[budget]["outside" if out_of_reach else "inside"] += 1
+                passes += 1
+                made += a + 1
+                p += a + 1
+            made = min(made, len(answer))
+            cat = cats[ti] if ti < len(cats) else "all"
+            per_cat.setdefault(cat, []).append(made / passes)
+        results[budget] = per_cat
+    cat_names = sorted({c for v in results.values() for c in v})
+    print("budget " + " ".join(f"{c:>9}" for c in cat_names) + "   (median tokens a pass; mean)")
+    for budget, per_cat in results.items():
+        cells = [f"{statistics.median(per_cat[c]):9.3f}" if c in per_cat else " " * 9
+                 for c in cat_names]
+        means = [f"{statistics.mean(per_cat[c]):.3f}" for c in cat_names if c in per_cat]
+        print(f"{budget:6d} " + " ".join(cells) + "   " + " ".join(means))
+    print("passes that stop short, by where the text's next token was: outside its depth's "
+          f"{args.width} candidates / among them")
+    for budget, e in ends.items():
+        n = max(1, e["outside"] + e["inside"])
+        print(f"{budget:6d}   {e['outside'] / n:.0%} / {e['inside'] / n:.0%} of {n}")
+    if args.per_text:
+        for budget, per_cat in results.items():
+            for c, v in per_cat.items():
+                print(budget, c, " ".join(f"{x:.3f}" for x in v))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("sequences", help="texts.jsonl -> the dump tool's SEQUENCES lines")
+    s.add_argument("texts")
+    r = sub.add_parser("replay", help="tokens a pass of a tree policy over a dump")
+    c = sub.add_parser("check", help="the replay's trees against the engine's (exit 1: differ)")
+    for q in (r, c):
+        q.add_argument("--tree", choices=["adapter", "best", "chain"], default="adapter")
+        q.add_argument("--width", type=int, default=8, help="candidates a depth (adapter top_k: 8)")
+        q.add_argument("--max-depth", type=int, default=15)
+        q.add_argument("--boost", type=float, default=2.0, help="context boost; --no-boost: off")
+        q.add_argument("--no-boost", dest="boost", action="store_const", const=None)
+        q.add_argument("--joined", type=float, default=-1.0)
+        q.add_argument("--boost-per-n", type=float, default=0.0, help="more boost a matched token")
+        q.add_argument("--max-n", type=int, default=4)
+        q.add_argument("--min-n", type=int, default=3)
+        q.add_argument("--max-next", type=int, default=1 << 30)
+    c.add_argument("dump")
+    c.add_argument("texts")
+    c.add_argument("-v", "--verbose", action="store_true")
+    r.add_argument("dump")
+    r.add_argument("texts")
+    r.add_argument("--prompts", help="prompts.jsonl, for the categories (same order as texts)")
+    r.add_argument("--only", nargs="*", help="categories to replay")
+    r.add_argument("--budgets", type=int, nargs="+", default=[7, 16, 32, 64])
+    r.add_argument("--per-text", action="store_true")
+    args = ap.parse_args()
+    {"sequences": cmd_sequences, "replay": cmd_replay, "check": cmd_check}[args.cmd](args)
+
+
+if __name__ == "__main__":
+    main()
