@@ -19,6 +19,16 @@ bool context_boost_enabled() {
   return on;
 }
 
+// SALVO_DFLASH_BOOST=X: the context boost's log-probability gain instead of kContextBoost (A/B
+// runs of the value chosen on the offline replay, bench/dflash_replay.py).
+float context_boost_value() {
+  static const float boost = [] {
+    const char* v = std::getenv("SALVO_DFLASH_BOOST");
+    return v != nullptr ? static_cast<float>(std::atof(v)) : kContextBoost;
+  }();
+  return boost;
+}
+
 }  // namespace
 
 DflashDrafter::DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner,
@@ -86,7 +96,7 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
                                                     depths[depth - 2].tokens.end(),
                                                     parent_token) != depths[depth - 2].tokens.end();
         if (!scored) {
-          if (boost) context_boost(ngrams_, path, out);
+          if (boost) context_boost(ngrams_, path, out, context_boost_value());
           return out;
         }
         double mass = 0;
@@ -101,7 +111,7 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
         const float log_z = max_score + static_cast<float>(std::log(sum));
         for (size_t i = 0; i < out.size(); ++i) out.logprobs[i] = scores[i] - log_z + log_mass;
         sort_best_first(out);
-        if (boost) context_boost(ngrams_, path, out);
+        if (boost) context_boost(ngrams_, path, out, context_boost_value());
         return out;
       };
       return best_first_tree(scorer, root, budget, max_depth);

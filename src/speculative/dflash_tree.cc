@@ -172,7 +172,8 @@ std::vector<int32_t> context_next(const NgramIndex& context, std::span<const int
   return next;
 }
 
-void context_boost(const NgramIndex& context, std::span<const int32_t> path, Candidates& children) {
+void context_boost(const NgramIndex& context, std::span<const int32_t> path, Candidates& children,
+                   float boost) {
   const std::vector<int32_t> next = context_next(context, path);
   if (next.empty()) return;
   for (int32_t t : next) {
@@ -182,7 +183,7 @@ void context_boost(const NgramIndex& context, std::span<const int32_t> path, Can
       children.logprobs.push_back(kContextJoined);
     } else {
       float& lp = children.logprobs[it - children.tokens.begin()];
-      lp = std::min(0.0f, lp + kContextBoost);
+      lp = std::min(0.0f, lp + boost);
     }
   }
   sort_best_first(children);

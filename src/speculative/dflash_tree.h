@@ -58,6 +58,7 @@ std::vector<int32_t> context_next(const NgramIndex& context, std::span<const int
 // 4.066 -> 4.223, chat 2.428 -> 2.468, math 4.764 -> 4.764.
 inline constexpr float kContextBoost = 2.0f;
 inline constexpr float kContextJoined = -1.0f;
-void context_boost(const NgramIndex& context, std::span<const int32_t> path, Candidates& children);
+void context_boost(const NgramIndex& context, std::span<const int32_t> path, Candidates& children,
+                   float boost = kContextBoost);
 
 }  // namespace salvo

@@ -272,6 +272,13 @@ TEST(DflashTree, ContextBoostRaisesAndJoinsRepeatedTokens) {
   Candidates same = children;
   context_boost(context, std::vector<int32_t>{6}, same);
   EXPECT_EQ(same.tokens, children.tokens);
+  // A smaller gain (SALVO_DFLASH_BOOST's A/B runs): 9 rises by 1 to -1, still behind 4.
+  Candidates weak;
+  weak.tokens = {4, 9, 6};
+  weak.logprobs = {-0.5f, -2.0f, -3.0f};
+  context_boost(context, std::vector<int32_t>{2, 3}, weak, 1.0f);
+  EXPECT_EQ(weak.tokens, (std::vector<int32_t>{4, 9, 8, 6}));
+  EXPECT_FLOAT_EQ(weak.logprobs[1], -1.0f);
 }
 
 // NgramIndex follows a sequence that grows, is cut back and changes.
