@@ -7,6 +7,7 @@ passes, each run), then bench_spec's per-category tables and the SALVO_SPEC_TRAC
 """
 import csv
 import glob
+import statistics
 import json
 import os
 import re
@@ -54,8 +55,36 @@ def sweeps(log_dir):
                       + " ".join(f"{v[k]:.3f}" if k in v else "-" for k in rows))
 
 
+def llama(log_dir):
+    """llama-bench's JSON (gpu_kit.sh --llama): llama.cpp's tok/s on the window's models."""
+    for path in sorted(glob.glob(os.path.join(log_dir, "llama_*.json"))):
+        try:
+            runs = json.load(open(path))
+        except (ValueError, OSError):
+            print(f"{os.path.basename(path)}: unreadable")
+            continue
+        for r in runs:
+            test = f"pp{r['n_prompt']}" if r.get("n_gen", 0) == 0 else f"tg{r['n_gen']}"
+            print(f"llama.cpp {os.path.basename(r.get('model_filename', path))} {test}: "
+                  f"{r['avg_ts']:.1f} +- {r.get('stddev_ts', 0):.1f} tok/s")
+
+
+def json64(log_dir):
+    """KIT_SWEEP's 64-node adapter runs: median tokens a pass per category (prompts.jsonl order)."""
+    prompts = os.path.join(os.path.dirname(os.path.abspath(log_dir)), "prompts.jsonl")
+    cats = [json.loads(l)["category"] for l in open(prompts)] if os.path.exists(prompts) else []
+    for path in sorted(glob.glob(os.path.join(log_dir, "json64_*.jsonl"))):
+        rows = [json.loads(l) for l in open(path, errors="replace") if l.startswith("{")]
+        by = defaultdict(list)
+        for i, r in enumerate(rows):
+            by[cats[i] if i < len(cats) else "all"].append(r["tokens_per_pass"])
+        print(f"{os.path.basename(path)}: {len(rows)} texts, median tokens a pass " +
+              ", ".join(f"{c} {statistics.median(v):.2f}" for c, v in sorted(by.items())))
+
+
 def spec(log_dir):
-    for path in sorted(glob.glob(os.path.join(log_dir, "spec_*.log"))):
+    for path in sorted(glob.glob(os.path.join(log_dir, "spec_*.log")) +
+                       glob.glob(os.path.join(log_dir, "sweep_*.log"))):
         lines = [l for l in open(path, errors="replace").read().splitlines()
                  if l.startswith("| ") and re.match(r"\| (code|math|chat|grounded) ", l)]
         print(f"\n{os.path.basename(path)[:-4]}:")
@@ -150,6 +179,8 @@ def main():
         sys.exit(__doc__)
     tests(sys.argv[1])
     sweeps(sys.argv[1])
+    llama(sys.argv[1])
+    json64(sys.argv[1])
     spec(sys.argv[1])
     traces(sys.argv[1])
     texts(sys.argv[1])

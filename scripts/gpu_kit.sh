@@ -4,7 +4,7 @@
 # then status calls. Needs build/release configured with -DSALVO_CUDA_TESTS=ON and built
 # (salvo cuda_ops_test cuda_model_test cuda_dflash_test).
 #
-#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]
+#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama]
 #
 # KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
 # generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
@@ -20,7 +20,10 @@
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
 # with KIT_BIN=alt, so two builds are compared in one window; KIT.alt (~30 MB) travels in a call
-# of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt].
+# of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt]. --llama: llama.cpp's
+# source (scripts/llamacpp_source.sh, ~3 MB) in the kit; the job's last step builds llama-bench
+# with CUDA (~6 min on 16 cores) and runs tg128 / pp512 on the real model (with --real) and the
+# random 7B, so salvo's figures have llama.cpp's of the same window beside them (llama_*.json).
 # Then, from the device tool, carrying only what each call needs:
 #   call 1:     bash KIT/run.sh start 3                 carry [KIT]
 #   per piece:  bash KIT/run.sh piece                   carry [KIT/run.sh, .gpu/q/qNN]
@@ -29,12 +32,13 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]}
 shift
-ab="" real=0 drafter=0 alt=""
+ab="" real=0 drafter=0 alt="" llama=0
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ab) ab=$2; shift 2 ;;
     --real) real=1; shift ;;
     --drafter) drafter=1; shift ;;
+    --llama) llama=1; shift ;;
     --alt) alt=$(cd "$2" && pwd); shift 2 ;;
     *) echo "gpu_kit.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -61,6 +65,8 @@ python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-c
 cp "$root/../shared/bench/prompts.jsonl" "$kit/prompts.jsonl"
 # What is coming in pieces: the job waits for those even when its earlier steps end first.
 echo "real=$real drafter=$drafter" >"$kit/expect"
+[[ $llama == 1 ]] && "$root/scripts/llamacpp_source.sh" "$kit/llama.tar.gz" &&
+  cp "$root/scripts/gpu_llamacpp.sh" "$kit/gpu_llamacpp.sh"
 cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
 cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
 if [[ -n $ab ]]; then cp "$ab" "$kit/ab.conf"; else echo "default" >"$kit/ab.conf"; fi

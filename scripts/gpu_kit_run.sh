@@ -25,6 +25,7 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
   cp -r bench tools tests $W/src/ 2>/dev/null
   cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh,expect} $W/
+  cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh $W/ 2>/dev/null
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
 if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then
@@ -140,6 +141,15 @@ if [ "$1" = job ]; then
         --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
         --max-tokens 192 --threads 4 --modes none --dflash-sweep >$L/sweep_$f.log 2>&1
+      # The texts and per-prompt tokens a pass of 64-node adapter trees, with their token ids,
+      # for bench/dflash_replay.py (the device's greedy text is not the CPU's).
+      python3 -c 'import json, sys
+for r in map(json.loads, open(sys.argv[1])): print(json.dumps({"prompt": r["messages"][0]["content"]}))' \
+        $W/prompts.jsonl >$W/all.jsonl
+      env $(form_env $f) timeout 300 $(bin_of $f)/salvo run --device cuda --json \
+        --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
+        --spec dflash --spec-tree adapter --spec-budget 64 --spec-depth 15 --temperature 0 \
+        -n 192 --ctx 2048 --prompts-file $W/all.jsonl >$L/json64_$f.jsonl 2>$L/json64_$f.err
     done
     # Where a drafted pass goes, per form: SALVO_SPEC_TRACE over the code prompts, the forms
     # alternated twice (ab_summary.py prints the median verification pass and draft).
@@ -187,6 +197,17 @@ for r in map(json.loads, open(sys.argv[1])):
           sed -n 's/^KIT_PROF_BUDGET=//p' | grep . || echo 7) --temperature 0 -n 128 \
         --prompts-file $W/one.jsonl >/dev/null 2>$L/prof_$f.err
     done
+  fi
+  # gpu_kit.sh --llama: llama.cpp (CUDA, built here from the source llama-cpp-python bundles) on
+  # the same models in the same window, after salvo's steps so the build does not disturb them.
+  if [ -f $W/llama.tar.gz ]; then
+    echo "llama.cpp build $(date +%T)"
+    bash $W/gpu_llamacpp.sh build $W/llama.tar.gz $W >$L/llama_build.log 2>&1
+    models=$W/m/r7.gguf
+    [ -f $W/m/real.ok ] && models="$W/m/qwen2.5-coder-1.5b.gguf $models"
+    bash $W/gpu_llamacpp.sh bench $W 3 $models >>$L/llama_build.log 2>&1
+    cp $W/llama_*.json $L/ 2>/dev/null
+    echo "llama.cpp done $(date +%T)"
   fi
   echo "job done $(date +%T)"
   exit 0
