@@ -14,6 +14,8 @@
 # passes; KIT_PROF_BUDGET=15 profiles 15-node trees instead of 7), KIT_BUDGETS=11,15 (its code
 # trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_SWEEP=1
 # (bench_spec --dflash-sweep: chain, best-first and adapter trees at budgets 8-64 per category),
+# KIT_DUMP=1 (with KIT_SWEEP=1: tests/dflash_replay_dump on the device over its 16 code texts at
+# 64 nodes, the device's candidates for bench/dflash_replay.py, returned as dump_FORM.bin.gz),
 # KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
 # random 1.5B), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
@@ -45,7 +47,7 @@ while [[ $# -gt 0 ]]; do
 done
 models=${SALVO_MODELS:-$root/models}
 build=$root/build/release
-bins="salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test"
+bins="salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test tests/dflash_replay_dump"
 for d in "$build" $alt; do
   for b in $bins; do
     [[ -x $d/$b ]] || { echo "gpu_kit.sh: $d/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }

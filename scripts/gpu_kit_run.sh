@@ -150,6 +150,16 @@ for r in map(json.loads, open(sys.argv[1])): print(json.dumps({"prompt": r["mess
         --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
         --spec dflash --spec-tree adapter --spec-budget 64 --spec-depth 15 --temperature 0 \
         -n 192 --ctx 2048 --prompts-file $W/all.jsonl >$L/json64_$f.jsonl 2>$L/json64_$f.err
+      # KIT_DUMP=1: the device's own candidates at every position of its 16 code texts (K = 8,
+      # and how deep each text runs down the device engine's 64-node tree), for
+      # bench/dflash_replay.py beside a CPU dump of the same texts. Kept out of logs.tgz (~10 MB).
+      case " $(form_env $f) " in *" KIT_DUMP=1 "*) ;; *) continue ;; esac
+      mkdir -p $W/dumps
+      head -n 16 $L/json64_$f.jsonl >$W/dumps/texts_$f.jsonl
+      python3 bench/dflash_replay.py sequences $W/dumps/texts_$f.jsonl >$W/dumps/seqs_$f.txt
+      env $(form_env $f) timeout 600 $(bin_of $f)/dflash_replay_dump $W/m/qwen2.5-coder-1.5b.gguf \
+        $W/drafters/qwen2.5-coder-1.5b $W/dumps/seqs_$f.txt $W/dumps/dump_$f.bin 8 64 cuda \
+        >$L/dump_$f.log 2>&1 && gzip -f $W/dumps/dump_$f.bin
     done
     # Where a drafted pass goes, per form: SALVO_SPEC_TRACE over the code prompts, the forms
     # alternated twice (ab_summary.py prints the median verification pass and draft).
@@ -220,5 +230,6 @@ tail -n 4 $W/logs/job.log 2>/dev/null
 if [ "$1" = status ]; then
   python3 $W/ab_summary.py $W/logs 2>&1 | tail -n 60
   [ -n "$OUT" ] && tar czf $OUT/logs.tgz -C $W logs 2>/dev/null
+  [ -n "$OUT" ] && cp $W/dumps/*.gz $W/dumps/texts_*.jsonl $OUT/ 2>/dev/null
 fi
 exit 0

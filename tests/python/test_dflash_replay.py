@@ -98,3 +98,6 @@ def test_bad_sequences_are_refused(texts, tmp_path):
     proc = subprocess.run([tool, model, str(tmp_path / "no-such-drafter"), str(seqs),
                            str(tmp_path / "o.bin")], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "dflash_replay_dump:" in proc.stderr
+    proc = subprocess.run([tool, model, str(DRAFTER), str(seqs), str(tmp_path / "o.bin"), "8",
+                           "16", "gpu"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "DEVICE must be cpu or cuda" in proc.stderr

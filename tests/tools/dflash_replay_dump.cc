@@ -3,8 +3,10 @@
 // depend on the trees, and the drafter's pass at a position depends only on the text before it,
 // so one pass per position gives every pass any tree policy would run.
 //
-//   dflash_replay_dump MODEL DRAFTER SEQUENCES OUT [K [BUDGET]]
+//   dflash_replay_dump MODEL DRAFTER SEQUENCES OUT [K [BUDGET [DEVICE]]]
 //
+// DEVICE: cpu (the default) or cuda: the target and the drafter run where `salvo run --device`
+// puts them, so a device's candidates can be set beside the CPU's on the same texts.
 // SEQUENCES: one text a line, "n_prompt id id ..." (the prompt's ids, then the answer's).
 // For each text the target runs once over the whole of it for its hidden states; then, for
 // every root position p from n_prompt - 1 to the second-to-last, the drafter (holding positions
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/cuda/cuda_backend.h"
 #include "engine/engine.h"
 #include "models/kv_cache.h"
 #include "models/model.h"
@@ -72,11 +75,22 @@ int main(int argc, char** argv) {
   if (budget < 0 || budget > 1024) return fail("BUDGET must be in [0, 1024]");
   // The depths drafted: as deep as the engine drafts for BUDGET-node trees (a shallower pass runs
   // a shorter block, DflashConfig::block_rows, so its candidates differ), all B-1 without one.
+  const std::string device = argc > 7 ? argv[7] : "cpu";
+  if (device != "cpu" && device != "cuda") return fail("DEVICE must be cpu or cuda");
   auto model = load_model(argv[1]);
   if (!model.ok()) return fail(model.status().message());
+  if (device == "cuda") {
+    model = cuda::to_device(std::move(*model));
+    if (!model.ok()) return fail(model.status().message());
+  }
   Model& target = **model;
   auto drafter = DflashModel::load(argv[2], target);
   if (!drafter.ok()) return fail(drafter.status().message());
+  if (device == "cuda") {
+    auto placed = cuda::dflash_to_device(**drafter, target);
+    if (!placed.ok()) return fail(placed.status().message());
+    (*drafter)->set_device(std::move(*placed));
+  }
   const DflashModel& d = **drafter;
   const DflashConfig& c = d.config();
   const int D = c.max_depth();
@@ -140,7 +154,7 @@ int main(int argc, char** argv) {
         reached = depth_reached(tree, ids, p);
       }
       const int32_t root = ids[p];
-      r.draft(root, depth, K, n_vocab, depths);
+      r.draft(root, depth, std::min(K, r.max_width()), n_vocab, depths);
       std::fill(tokens_kk.begin(), tokens_kk.end(), -1);
       std::fill(lps.begin(), lps.end(), -1e30f);
       std::fill(scores.begin(), scores.end(), 0.0f);
