@@ -20,11 +20,15 @@ bool context_boost_enabled() {
 }
 
 // SALVO_DFLASH_BOOST=X: the context boost's log-probability gain instead of kContextBoost (A/B
-// runs of the value chosen on the offline replay, bench/dflash_replay.py).
+// runs of the value chosen on the offline replay, bench/dflash_replay.py); a value that is not
+// a finite number >= 0 leaves the default.
 float context_boost_value() {
   static const float boost = [] {
     const char* v = std::getenv("SALVO_DFLASH_BOOST");
-    return v != nullptr ? static_cast<float>(std::atof(v)) : kContextBoost;
+    if (v == nullptr) return kContextBoost;
+    char* end = nullptr;
+    const float x = std::strtof(v, &end);
+    return end != v && *end == '\0' && std::isfinite(x) && x >= 0 ? x : kContextBoost;
   }();
   return boost;
 }
