@@ -2,7 +2,7 @@
 # Builds a GPU-session kit from binaries built here (DEVELOPERS "A GPU session" item 9): the
 # device builds nothing, so a window is a start call, the model pieces (if any) one a call,
 # then status calls. Needs build/release configured with -DSALVO_CUDA_TESTS=ON and built
-# (salvo cuda_ops_test cuda_model_test cuda_dflash_test).
+# (salvo cuda_ops_test cuda_model_test cuda_dflash_test dflash_replay_dump).
 #
 #   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama]
 #
