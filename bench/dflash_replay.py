@@ -207,6 +207,36 @@ def cmd_check(args):
     sys.exit(0 if same == len(head) else 1)
 
 
+def cmd_orders(args):
+    """Per text, a line of one field per answer position: the grow order (DraftTree::order) of
+    each node on the path the text takes down that position's tree of --budget nodes ('-': none),
+    so a policy simulation can ask what any smaller budget would have yielded at any position."""
+    D, K, has_adapter, _, head, toks, lps, ad = read_dump(args.dump)
+    texts = read_texts(args.texts)
+    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}
+    for ti, (prompt, answer, _) in enumerate(texts):
+        ids = prompt + answer
+        ng = Ngrams(ids)
+        fields = []
+        for p in range(len(prompt), len(ids) - 1):
+            i = where.get((ti, p))
+            if i is None:
+                break
+            nodes = build_tree(args, (toks[i], lps[i], ad[i]), p, ng, args.budget)
+            kids = {}
+            for n, (t, parent, _) in enumerate(nodes):
+                kids.setdefault(parent, []).append(n)
+            at, path = -1, []
+            while p + len(path) + 1 < len(ids):
+                nxt = [n for n in kids.get(at, []) if nodes[n][0] == ids[p + len(path) + 1]]
+                if not nxt:
+                    break
+                at = nxt[0]
+                path.append(at)
+            fields.append(",".join(map(str, path)) if path else "-")
+        print(" ".join(fields))
+
+
 def cmd_replay(args):
     D, K, has_adapter, _, head, toks, lps, ad = read_dump(args.dump)
     texts = read_texts(args.texts)
@@ -269,7 +299,8 @@ def main():
     s.add_argument("texts")
     r = sub.add_parser("replay", help="tokens a pass of a tree policy over a dump")
     c = sub.add_parser("check", help="the replay's trees against the engine's (exit 1: differ)")
-    for q in (r, c):
+    o = sub.add_parser("orders", help="per position, the grow orders of the path the text takes")
+    for q in (r, c, o):
         q.add_argument("--tree", choices=["adapter", "best", "chain"], default="adapter")
         q.add_argument("--width", type=int, default=8, help="candidates a depth (adapter top_k: 8)")
         q.add_argument("--max-depth", type=int, default=15)
@@ -280,6 +311,9 @@ def main():
         q.add_argument("--max-n", type=int, default=4)
         q.add_argument("--min-n", type=int, default=3)
         q.add_argument("--max-next", type=int, default=1 << 30)
+    o.add_argument("dump")
+    o.add_argument("texts")
+    o.add_argument("--budget", type=int, default=15)
     c.add_argument("dump")
     c.add_argument("texts")
     c.add_argument("-v", "--verbose", action="store_true")
@@ -290,7 +324,8 @@ def main():
     r.add_argument("--budgets", type=int, nargs="+", default=[7, 16, 32, 64])
     r.add_argument("--per-text", action="store_true")
     args = ap.parse_args()
-    {"sequences": cmd_sequences, "replay": cmd_replay, "check": cmd_check}[args.cmd](args)
+    {"sequences": cmd_sequences, "replay": cmd_replay, "check": cmd_check,
+     "orders": cmd_orders}[args.cmd](args)
 
 
 if __name__ == "__main__":
