@@ -83,6 +83,27 @@ def test_replayed_trees_are_the_engines(texts, budget, boost):
     assert float(rows[1][1]) >= float(rows[0][1])
 
 
+def test_orders_give_a_path_per_position(texts):
+    """`orders` (spec_policy_test's data): per text one field per answer position, each the
+    rising grow orders of the path the text takes down that position's tree, '-' for none."""
+    model, tmp = texts
+    out = dump(model, tmp, "dump_orders.bin", 15)
+    proc = subprocess.run([sys.executable, REPLAY, "orders", str(out), str(tmp / "texts.jsonl"),
+                           "--budget", "15"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.splitlines()
+    rows = [json.loads(x) for x in (tmp / "texts.jsonl").read_text().splitlines()
+            if x.startswith("{")]
+    assert len(lines) == len(rows) == len(PROMPTS)
+    for line, r in zip(lines, rows):
+        fields = line.split()
+        assert len(fields) == len(r["tokens"]) - 1
+        for f in fields:
+            if f != "-":
+                orders = [int(x) for x in f.split(",")]
+                assert orders == sorted(orders) and 0 <= orders[0] and orders[-1] < 15
+
+
 def test_bad_sequences_are_refused(texts, tmp_path):
     model, _ = texts
     tool = tool_path_or_skip("dflash_replay_dump")
