@@ -770,9 +770,43 @@ double h200_24_ms(int rows) {
   return rows <= 8 ? kMs[rows] : 2.9;
 }
 
-// One answer of `tokens` under `policy` (caps: budget 7), tokens and ms added to run.
-// The first pass of each row count captures its CUDA graph (3-8 ms on the H200), as does the
-// drafter's first pass: `warm` holds the row counts captured (0: the drafter).
+// One pass of a replayed answer (caps: budget 7) where the text's path down the tree has the
+// grow orders `orders`: the policy's size, priced by cost(rows) and `draft_ms`, recorded and
+// added to run; returns the tokens it emitted. The first pass of each row count captures its
+// CUDA graph (~4 ms more on the H200), as does the drafter's first pass: `warm` holds the row
+// counts captured (0: the drafter).
+int replay_pass(SpecPolicy& policy, const std::vector<int32_t>& orders, double (*cost)(int),
+                double draft_ms, BudgetRun& run, std::vector<bool>& warm) {
+  const DraftSize size = policy.next(7, 15);
+  const int rows = size.drafting() ? 1 + size.budget : 1;
+  const bool cold = !warm[rows];
+  warm[rows] = true;
+  const double ms = cost(rows) + (cold ? 4.0 : 0.0);
+  if (ran_plain(policy, size, ms, run, cold)) return 1;
+  const double draft = warm[0] ? draft_ms : 4.0;
+  warm[0] = true;
+  run.budgets.push_back(size.budget);
+  std::vector<int32_t> path;
+  for (int32_t o : orders) {
+    if (o >= size.budget) break;
+    path.push_back(o);
+  }
+  const int accepted = static_cast<int>(path.size());
+  policy.record({.rows = rows,
+                 .pass_ms = ms,
+                 .draft_ms = draft,
+                 .tree_depth = std::min(size.budget, 4),
+                 .accepted = accepted,
+                 .tested = accepted + (accepted < size.budget ? 1 : 0),
+                 .tokens_emitted = accepted + 1,
+                 .ordered = true,
+                 .path_order = path,
+                 .warmup = cold});
+  run.tokens += accepted + 1, run.ms += ms + draft;
+  return accepted + 1;
+}
+
+// One answer of `tokens` under `policy`, tokens and ms added to run (replay_pass).
 void replay_text(SpecPolicy& policy, const RecordedText& text, int tokens, BudgetRun& run,
                  std::vector<bool>& warm) {
   std::vector<int> start;  // the first token of each recorded pass
@@ -783,35 +817,7 @@ void replay_text(SpecPolicy& policy, const RecordedText& text, int tokens, Budge
   }
   for (int pos = 0; pos < tokens;) {
     const size_t i = std::upper_bound(start.begin(), start.end(), pos) - start.begin() - 1;
-    const DraftSize size = policy.next(7, 15);
-    const int rows = size.drafting() ? 1 + size.budget : 1;
-    const bool cold = !warm[rows];
-    warm[rows] = true;
-    const double ms = h200_24_ms(rows) + (cold ? 4.0 : 0.0);
-    if (ran_plain(policy, size, ms, run, cold)) {
-      pos += 1;
-      continue;
-    }
-    const double draft_ms = warm[0] ? 0.52 : 4.0;
-    warm[0] = true;
-    run.budgets.push_back(size.budget);
-    std::vector<int32_t> path;
-    for (int32_t o : text.passes[i]) {
-      if (o >= size.budget) break;
-      path.push_back(o);
-    }
-    const int accepted = static_cast<int>(path.size());
-    policy.record({.rows = rows,
-                   .pass_ms = ms,
-                   .draft_ms = draft_ms,
-                   .tree_depth = std::min(size.budget, 4),
-                   .accepted = accepted,
-                   .tested = accepted + (accepted < size.budget ? 1 : 0),
-                   .tokens_emitted = accepted + 1,
-                   .ordered = true,
-                   .path_order = path,
-                   .warmup = cold});
-    run.tokens += accepted + 1, run.ms += ms + draft_ms, pos += accepted + 1;
+    pos += replay_pass(policy, text.passes[i], h200_24_ms, 0.52, run, warm);
   }
 }
 
@@ -874,35 +880,7 @@ BudgetRun replay_positions(SpecPolicy& policy, const std::vector<std::vector<int
                            std::vector<bool>& warm) {
   BudgetRun run;
   for (size_t pos = 0; pos < text.size();) {
-    const DraftSize size = policy.next(7, 15);
-    const int rows = size.drafting() ? 1 + size.budget : 1;
-    const bool cold = !warm[rows];
-    warm[rows] = true;
-    const double ms = h200_40_ms(rows) + (cold ? 4.0 : 0.0);
-    if (ran_plain(policy, size, ms, run, cold)) {
-      pos += 1;
-      continue;
-    }
-    const double draft_ms = warm[0] ? 0.30 : 4.0;
-    warm[0] = true;
-    run.budgets.push_back(size.budget);
-    std::vector<int32_t> path;
-    for (int32_t o : text[pos]) {
-      if (o >= size.budget) break;
-      path.push_back(o);
-    }
-    const int accepted = static_cast<int>(path.size());
-    policy.record({.rows = rows,
-                   .pass_ms = ms,
-                   .draft_ms = draft_ms,
-                   .tree_depth = std::min(size.budget, 4),
-                   .accepted = accepted,
-                   .tested = accepted + (accepted < size.budget ? 1 : 0),
-                   .tokens_emitted = accepted + 1,
-                   .ordered = true,
-                   .path_order = path,
-                   .warmup = cold});
-    run.tokens += accepted + 1, run.ms += ms + draft_ms, pos += accepted + 1;
+    pos += replay_pass(policy, text[pos], h200_40_ms, 0.30, run, warm);
   }
   return run;
 }
