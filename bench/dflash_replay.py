@@ -133,7 +133,7 @@ def build_tree(cfg, rec, p, ngrams, budget):
             boost = cfg.boost + cfg.boost_per_n * (n - cfg.min_n)
             if nxt:
                 t, lp = list(t), list(lp)
-                for rank, tok in enumerate(nxt[:cfg.max_next]):
+                for tok in nxt[:cfg.max_next]:
                     if tok in t:
                         j = t.index(tok)
                         lp[j] = min(0.0, lp[j] + boost)
@@ -170,19 +170,23 @@ def build_tree(cfg, rec, p, ngrams, budget):
     return [(n[0], n[1], n[2]) for n in nodes]
 
 
-def accepted(nodes, ids, p):
+def path_taken(nodes, ids, p):
+    """The nodes (grow-order indices) the text after position p runs down, from the root."""
     kids = {}
-    for i, (t, parent, _) in enumerate(nodes):
+    for i, (_, parent, _) in enumerate(nodes):
         kids.setdefault(parent, []).append(i)
-    at, depth = -1, 0
-    while True:
-        if p + depth + 1 >= len(ids):
-            return depth
-        want = ids[p + depth + 1]
-        nxt = [i for i in kids.get(at, []) if nodes[i][0] == want]
+    at, path = -1, []
+    while p + len(path) + 1 < len(ids):
+        nxt = [i for i in kids.get(at, []) if nodes[i][0] == ids[p + len(path) + 1]]
         if not nxt:
-            return depth
-        at, depth = nxt[0], depth + 1
+            break
+        at = nxt[0]
+        path.append(at)
+    return path
+
+
+def accepted(nodes, ids, p):
+    return len(path_taken(nodes, ids, p))
 
 
 def cmd_check(args):
@@ -213,7 +217,7 @@ def cmd_orders(args):
     so a policy simulation can ask what any smaller budget would have yielded at any position."""
     D, K, has_adapter, _, head, toks, lps, ad = read_dump(args.dump)
     texts = read_texts(args.texts)
-    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}
+    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}  # (text, p) -> record
     for ti, (prompt, answer, _) in enumerate(texts):
         ids = prompt + answer
         ng = Ngrams(ids)
@@ -223,16 +227,7 @@ def cmd_orders(args):
             if i is None:
                 break
             nodes = build_tree(args, (toks[i], lps[i], ad[i]), p, ng, args.budget)
-            kids = {}
-            for n, (t, parent, _) in enumerate(nodes):
-                kids.setdefault(parent, []).append(n)
-            at, path = -1, []
-            while p + len(path) + 1 < len(ids):
-                nxt = [n for n in kids.get(at, []) if nodes[n][0] == ids[p + len(path) + 1]]
-                if not nxt:
-                    break
-                at = nxt[0]
-                path.append(at)
+            path = path_taken(nodes, ids, p)
             fields.append(",".join(map(str, path)) if path else "-")
         print(" ".join(fields))
 
@@ -243,7 +238,7 @@ def cmd_replay(args):
     cats = []
     if args.prompts:
         cats = [json.loads(line)["category"] for line in open(args.prompts) if line.strip()]
-    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}
+    where = {(int(h[0]), int(h[1])): i for i, h in enumerate(head)}  # (text, p) -> record
     results = {}
     ends = {b: {"outside": 0, "inside": 0} for b in args.budgets}
     for budget in args.budgets:
@@ -261,7 +256,6 @@ def cmd_replay(args):
                     break
                 nodes = build_tree(args, (toks[i], lps[i], ad[i]), p, ng, budget)
                 a = accepted(nodes, ids, p)
-                a = min(a, len(ids) - 1 - p - 1) if p + 1 + a >= len(ids) else a
                 if p + a + 2 < len(ids) and a < D and budget > a:
                     # Why the pass ended: the next token was not among its depth's candidates
                     # (only a better drafter helps), or it was and the tree left it out.
