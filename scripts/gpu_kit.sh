@@ -4,7 +4,7 @@
 # then status calls. Needs build/release configured with -DSALVO_CUDA_TESTS=ON and built
 # (salvo cuda_ops_test cuda_model_test cuda_dflash_test dflash_replay_dump).
 #
-#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama]
+#   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama] [--texts FILE]
 #
 # KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
 # generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
@@ -15,7 +15,9 @@
 # trace also at those budgets), KIT_AUTO=1 (its code trace also with --spec auto), KIT_SWEEP=1
 # (bench_spec --dflash-sweep: chain, best-first and adapter trees at budgets 8-64 per category),
 # KIT_DUMP=1 (with KIT_SWEEP=1: tests/dflash_replay_dump on the device over its 16 code texts at
-# 64 nodes, the device's candidates for bench/dflash_replay.py, returned as dump_FORM.bin.gz),
+# 64 nodes, the device's candidates for bench/dflash_replay.py, returned as dump_FORM.bin.gz;
+# without KIT_SWEEP=1 it dumps the texts of --texts FILE, salvo run --json lines with token ids),
+# KIT_TESTS=0 (no CUDA tests for the form), KIT_SPEC=0 (no bench_spec or code traces),
 # KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
 # random 1.5B), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
@@ -34,13 +36,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]}
 shift
-ab="" real=0 drafter=0 alt="" llama=0
+ab="" real=0 drafter=0 alt="" llama=0 texts=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ab) ab=$2; shift 2 ;;
     --real) real=1; shift ;;
     --drafter) drafter=1; shift ;;
     --llama) llama=1; shift ;;
+    --texts) texts=$2; shift 2 ;;
     --alt) alt=$(cd "$2" && pwd); shift 2 ;;
     *) echo "gpu_kit.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -69,6 +72,7 @@ cp "$root/../shared/bench/prompts.jsonl" "$kit/prompts.jsonl"
 echo "real=$real drafter=$drafter" >"$kit/expect"
 [[ $llama == 1 ]] && "$root/scripts/llamacpp_source.sh" "$kit/llama.tar.gz" &&
   cp "$root/scripts/gpu_llamacpp.sh" "$kit/gpu_llamacpp.sh"
+[[ -n $texts ]] && cp "$texts" "$kit/texts.jsonl"
 cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
 cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
 if [[ -n $ab ]]; then cp "$ab" "$kit/ab.conf"; else echo "default" >"$kit/ab.conf"; fi

@@ -25,7 +25,7 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
   cp -r bench tools tests $W/src/ 2>/dev/null
   cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh,expect} $W/
-  cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh $W/ 2>/dev/null
+  cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl $W/ 2>/dev/null
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
 if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then
@@ -46,6 +46,20 @@ fi
 # form_env NAME: the VAR=VALUE words of form NAME in ab.conf.
 form_env() { awk -v n="$1" '$1 == n { $1 = ""; print }' $W/ab.conf; }
 forms() { awk 'NF { print $1 }' $W/ab.conf; }
+# has_word NAME WORD: whether form NAME's words include WORD (e.g. KIT_DUMP=1).
+has_word() { case " $(form_env "$1") " in *" $2 "*) return 0 ;; *) return 1 ;; esac; }
+# dump_texts NAME TEXTS: the device's own candidates at every position of TEXTS (salvo run --json
+# lines with their token ids; K = 8, and how deep each text runs down the device engine's 64-node
+# tree), for bench/dflash_replay.py beside a CPU dump of the same texts. Kept out of logs.tgz
+# (~10 MB); status copies dump_NAME.bin.gz and texts_NAME.jsonl into $OUT.
+dump_texts() {
+  mkdir -p $W/dumps
+  cat "$2" >$W/dumps/texts_$1.jsonl
+  python3 bench/dflash_replay.py sequences $W/dumps/texts_$1.jsonl >$W/dumps/seqs_$1.txt
+  env $(form_env $1) timeout 600 $(bin_of $1)/dflash_replay_dump $W/m/qwen2.5-coder-1.5b.gguf \
+    $W/drafters/qwen2.5-coder-1.5b $W/dumps/seqs_$1.txt $W/dumps/dump_$1.bin 8 64 cuda \
+    >$L/dump_$1.log 2>&1 && gzip -f $W/dumps/dump_$1.bin
+}
 # target_forms: the forms whose words lack KIT_TARGET=0. A form that changes only the drafter says
 # KIT_TARGET=0, and the target-only steps (the model tests and the sweeps) skip it.
 target_forms() { for f in $(forms); do case " $(form_env $f) " in *" KIT_TARGET=0 "*) ;; *) echo $f ;; esac; done; }
@@ -69,13 +83,16 @@ if [ "$1" = job ]; then
   }
   gen qwen2.5-1.5b r15 &
   gen qwen2.5-7b r7 &
+  # KIT_TESTS=0: the form skips the CUDA tests (a window that only measures).
   for f in $(forms); do
+    has_word $f KIT_TESTS=0 && continue
     (cd $W && env $(form_env $f) timeout 300 $(bin_of $f)/cuda_ops_test >$L/ops_$f.log 2>&1
       echo "rc $?" >>$L/ops_$f.log)
   done
   while [ ! -f $W/m/r15.ok ]; do sleep 1; done
   export SALVO_CUDA_TEST_DRAFTERS=$W/drt
   for f in $(forms); do
+    has_word $f KIT_TESTS=0 && continue
     for t in model dflash; do
       [ $t = model ] && ! target_forms | grep -qx $f && continue
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/r15.gguf timeout 300 \
@@ -118,6 +135,7 @@ if [ "$1" = job ]; then
   if [ -n "$(ls $W/p/q?? 2>/dev/null)" ] || grep -q real=1 $W/expect 2>/dev/null; then
     while [ ! -f $W/m/real.ok ]; do sleep 1; done
     for f in $(target_forms); do
+      has_word $f KIT_TESTS=0 && continue
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/qwen2.5-coder-1.5b.gguf timeout 300 \
         $(bin_of $f)/cuda_model_test >$L/model_real_$f.log 2>&1
       echo "rc $?" >>$L/model_real_$f.log
@@ -127,7 +145,9 @@ if [ "$1" = job ]; then
   fi
   if [ -n "$(ls $W/p/d? 2>/dev/null)" ] || grep -q drafter=1 $W/expect 2>/dev/null; then
     while [ ! -f $W/drafter.ok ]; do sleep 1; done
+    # KIT_SPEC=0: the form skips bench_spec and the code traces (e.g. a form that only dumps).
     for f in $(forms); do
+      has_word $f KIT_SPEC=0 && continue
       env $(form_env $f) timeout 400 python3 bench/bench_spec.py --device cuda --skip-llama \
         --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
@@ -150,16 +170,12 @@ for r in map(json.loads, open(sys.argv[1])): print(json.dumps({"prompt": r["mess
         --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
         --spec dflash --spec-tree adapter --spec-budget 64 --spec-depth 15 --temperature 0 \
         -n 192 --ctx 2048 --prompts-file $W/all.jsonl >$L/json64_$f.jsonl 2>$L/json64_$f.err
-      # KIT_DUMP=1: the device's own candidates at every position of its 16 code texts (K = 8,
-      # and how deep each text runs down the device engine's 64-node tree), for
-      # bench/dflash_replay.py beside a CPU dump of the same texts. Kept out of logs.tgz (~10 MB).
-      case " $(form_env $f) " in *" KIT_DUMP=1 "*) ;; *) continue ;; esac
-      mkdir -p $W/dumps
-      head -n 16 $L/json64_$f.jsonl >$W/dumps/texts_$f.jsonl
-      python3 bench/dflash_replay.py sequences $W/dumps/texts_$f.jsonl >$W/dumps/seqs_$f.txt
-      env $(form_env $f) timeout 600 $(bin_of $f)/dflash_replay_dump $W/m/qwen2.5-coder-1.5b.gguf \
-        $W/drafters/qwen2.5-coder-1.5b $W/dumps/seqs_$f.txt $W/dumps/dump_$f.bin 8 64 cuda \
-        >$L/dump_$f.log 2>&1 && gzip -f $W/dumps/dump_$f.bin
+      has_word $f KIT_DUMP=1 && dump_texts $f <(head -n 16 $L/json64_$f.jsonl)
+    done
+    # KIT_DUMP=1 without KIT_SWEEP=1: the dump runs over the kit's texts (gpu_kit.sh --texts).
+    for f in $(forms); do
+      has_word $f KIT_DUMP=1 && ! has_word $f KIT_SWEEP=1 && [ -f $W/texts.jsonl ] &&
+        dump_texts $f $W/texts.jsonl
     done
     # Where a drafted pass goes, per form: SALVO_SPEC_TRACE over the code prompts, the forms
     # alternated twice (ab_summary.py prints the median verification pass and draft).
@@ -169,6 +185,7 @@ for r in map(json.loads, open(sys.argv[1])):
       $W/prompts.jsonl >$W/code.jsonl
     for rep in 1 2; do
       for f in $(forms); do
+        has_word $f KIT_SPEC=0 && continue
         env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
           --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
           --spec dflash --spec-tree adapter --spec-budget 7 --temperature 0 -n 192 \
