@@ -232,8 +232,38 @@ def cmd_orders(args):
         print(" ".join(fields))
 
 
+# DflashDrafter's default vocabulary (SpecOptions::kVocabByTree): ids below FREQUENT_IDS for
+# trees under WHOLE_VOCAB_BUDGET nodes, every id for larger ones.
+FREQUENT_IDS = 65536
+WHOLE_VOCAB_BUDGET = 48
+
+
+def below_vocab(toks, lps, ad, n_vocab):
+    """The candidates a drafter whose head stops at n_vocab ids would have had (--spec-vocab, 65536
+    by default): each depth's ids >= n_vocab are dropped, the rest move up (the slots left at the
+    end are empty), and the adapter's scores follow their parents and candidates. The logprobs
+    keep the whole vocabulary's normalisation (the head over a prefix renormalises by the mass
+    it holds, mostly close to 1 for a BPE vocabulary whose common tokens come first)."""
+    n, D, K = toks.shape
+    t2 = np.full_like(toks, -1)
+    l2 = np.full_like(lps, -1e30)
+    a2 = np.zeros_like(ad)
+    for i in range(n):
+        kept_above = [0]  # the root's index in the adapter's parent axis
+        for d in range(D):
+            kept = [j for j in range(K) if 0 <= toks[i, d, j] < n_vocab]
+            t2[i, d, :len(kept)] = toks[i, d, kept]
+            l2[i, d, :len(kept)] = lps[i, d, kept]
+            parents = kept_above if d > 0 else list(range(K))
+            for pi, src in enumerate(parents):
+                a2[i, d, pi, :len(kept)] = ad[i, d, src, kept]
+            kept_above = kept
+    return t2, l2, a2
+
+
 def cmd_replay(args):
     D, K, has_adapter, _, head, toks, lps, ad = read_dump(args.dump)
+    whole, frequent = (toks, lps, ad), None
     texts = read_texts(args.texts)
     cats = []
     if args.prompts:
@@ -243,6 +273,10 @@ def cmd_replay(args):
     ends = {b: {"outside": 0, "inside": 0} for b in args.budgets}
     for budget in args.budgets:
         per_cat = {}
+        small = args.vocab > 0 or (args.vocab < 0 and budget < WHOLE_VOCAB_BUDGET)
+        if small and frequent is None:
+            frequent = below_vocab(*whole, args.vocab if args.vocab > 0 else FREQUENT_IDS)
+        toks, lps, ad = frequent if small else whole
         for ti, (prompt, answer, r) in enumerate(texts):
             if args.only and (ti >= len(cats) or cats[ti] not in args.only):
                 continue
@@ -317,6 +351,9 @@ def main():
     r.add_argument("--only", nargs="*", help="categories to replay")
     r.add_argument("--budgets", type=int, nargs="+", default=[7, 16, 32, 64])
     r.add_argument("--per-text", action="store_true")
+    r.add_argument("--vocab", type=int, default=0,
+                   help="the draft vocabulary: ids below N (--spec-vocab N), 0 every id (as "
+                   "dumped), -1 the engine's default (65536 under 48 nodes, then every id)")
     args = ap.parse_args()
     {"sequences": cmd_sequences, "replay": cmd_replay, "check": cmd_check,
      "orders": cmd_orders}[args.cmd](args)

@@ -122,3 +122,22 @@ def test_bad_sequences_are_refused(texts, tmp_path):
     proc = subprocess.run([tool, model, str(DRAFTER), str(seqs), str(tmp_path / "o.bin"), "8",
                            "16", "gpu"], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "DEVICE must be cpu or cuda" in proc.stderr
+
+
+def test_a_smaller_draft_vocabulary_drops_the_rare_ids():
+    """--vocab N replays a head over ids below N (--spec-vocab): the rarer candidates leave each
+    depth, the others move up in order, and the adapter's scores follow both their parent (the
+    depth above, filtered too) and the candidate."""
+    import numpy as np
+    sys.path.insert(0, str(REPO_ROOT / "bench"))
+    import dflash_replay
+
+    toks = np.array([[[5, 70000, 7, 9], [80000, 3, 4, 90000]]], dtype=np.int32)  # [n, D, K]
+    lps = np.array([[[-1, -2, -3, -4], [-1, -2, -3, -4]]], dtype=np.float32)
+    ad = np.arange(2 * 4 * 4, dtype=np.float32).reshape(1, 2, 4, 4)  # [n, D, parent, candidate]
+    t, lp, a = dflash_replay.below_vocab(toks, lps, ad, 65536)
+    assert t.tolist() == [[[5, 7, 9, -1], [3, 4, -1, -1]]]
+    assert lp[0, 0, :3].tolist() == [-1, -3, -4] and lp[0, 1, :2].tolist() == [-2, -3]
+    # Depth 1's parent is the root; depth 2's kept parents were candidates 0, 2 and 3 of depth 1.
+    assert a[0, 0, 0, :3].tolist() == [ad[0, 0, 0, 0], ad[0, 0, 0, 2], ad[0, 0, 0, 3]]
+    assert a[0, 1, :3, :2].tolist() == ad[0, 1][[0, 2, 3]][:, [1, 2]].tolist()
