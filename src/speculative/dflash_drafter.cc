@@ -35,9 +35,19 @@ float context_boost_value() {
 
 }  // namespace
 
+std::pair<int32_t, int32_t> DflashDrafter::vocabularies(int32_t n_vocab, int32_t vocab) {
+  if (vocab == SpecOptions::kVocabByTree) return {std::min(n_vocab, kFrequentIds), n_vocab};
+  const int32_t ids = vocab > 0 ? std::min(n_vocab, vocab) : n_vocab;
+  return {ids, ids};
+}
+
 DflashDrafter::DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner,
-                             int32_t n_tokens, SpecTree tree)
-    : model_(model), runner_(std::move(runner)), n_tokens_(n_tokens), tree_(tree) {
+                             int32_t n_tokens, SpecTree tree, int32_t small_tree_tokens)
+    : model_(model),
+      runner_(std::move(runner)),
+      n_tokens_(n_tokens),
+      small_tree_tokens_(small_tree_tokens > 0 ? small_tree_tokens : n_tokens),
+      tree_(tree) {
   if (tree_ == SpecTree::kAuto) tree_ = model.has_adapter() ? SpecTree::kAdapter : SpecTree::kBest;
   if (tree_ == SpecTree::kAdapter && !model.has_adapter()) tree_ = SpecTree::kBest;
 }
@@ -80,7 +90,8 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
       tree_ == SpecTree::kAdapter ? std::max(c.adapter_top_k, 1) : std::min(budget, kMaxSiblings);
   if (tree_ == SpecTree::kChain) width = 1;
   width = std::min(width, runner_->max_width());
-  runner_->draft(root, max_depth, width, n_tokens_, depths_);
+  runner_->draft(root, max_depth, width,
+                 budget < kWholeVocabBudget ? small_tree_tokens_ : n_tokens_, depths_);
   const std::vector<Candidates>& depths = depths_;
   switch (tree_) {
     case SpecTree::kChain:

@@ -22,10 +22,24 @@ namespace salvo {
 
 class DflashDrafter : public Drafter {
  public:
-  // `n_tokens`: ids the drafter may propose. The model must outlive the drafter; `runner`
-  // runs it (new_dflash_runner).
+  // SpecOptions::kVocabByTree: trees under kWholeVocabBudget nodes draft ids below
+  // kFrequentIds, larger trees every id. The head over all 151,936 ids instead of 65,536 adds
+  // ~0.1 ms to a draft on the H200 (session 35: ~2.3x its 57 us, and the top-k over more ids),
+  // and the rare tokens add tokens a pass mostly to large trees. bench/dflash_replay.py over the
+  // H200's 16 code answers (session 41, --vocab 0 against 65536, mean tokens a pass): 7 nodes
+  // 3.708 / 3.674 (+0.9%), 16 4.424 / 4.331 (+2.1%), 32 4.798 / 4.713 (+1.8%), 64 5.125 / 4.990
+  // (+2.7%; median 5.053 / 4.862). A drafted pass takes ~1.7 ms at 7 nodes, ~2.9 at 32 and
+  // ~5 at 64 on the H200, so the extra 0.1 ms pays for itself from about 48 nodes.
+  static constexpr int32_t kFrequentIds = 65536;
+  static constexpr int kWholeVocabBudget = 48;
+  // The ids of small and of large trees for SpecOptions::vocab `vocab` over n_vocab ids.
+  static std::pair<int32_t, int32_t> vocabularies(int32_t n_vocab, int32_t vocab);
+
+  // `n_tokens`: ids the drafter may propose; `small_tree_tokens` (0: n_tokens): the ids for
+  // trees under kWholeVocabBudget nodes. The model must outlive the drafter; `runner` runs it
+  // (new_dflash_runner).
   DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner, int32_t n_tokens,
-                SpecTree tree);
+                SpecTree tree, int32_t small_tree_tokens = 0);
 
   // Always the drafter's tree kind of `budget` nodes, also where SpecPolicy books the size as a
   // chain (budget <= depth): one block pass drafts every depth, so a chain costs what a tree of
@@ -60,7 +74,7 @@ class DflashDrafter : public Drafter {
   const DflashModel& model_;
   std::unique_ptr<DflashRunner> runner_;
   NgramIndex ngrams_{3, 4};  // the context's n-grams for context_boost (dflash_tree.h)
-  int32_t n_tokens_;
+  int32_t n_tokens_, small_tree_tokens_;
   SpecTree tree_;
   std::vector<Candidates> depths_;
   std::vector<float> pending_;  // features of positions runner_->n_positions() onwards

@@ -174,7 +174,7 @@ Status SpecOptions::validate() const {
     return Status::error("speculation budget " + std::to_string(budget) +
                          " is out of range [0, 1024] (tree nodes per pass)");
   }
-  if (vocab < 0) {
+  if (vocab < 0 && vocab != kVocabByTree) {
     return Status::error("speculation vocabulary " + std::to_string(vocab) +
                          " is negative (0: the whole vocabulary)");
   }
@@ -190,9 +190,9 @@ namespace {
 Expected<std::unique_ptr<Drafter>> make_dflash_drafter(const DrafterResources& r) {
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<DflashRunner> runner,
                          new_dflash_runner(*r.dflash, *r.pool));
-  return std::unique_ptr<Drafter>(std::make_unique<DflashDrafter>(
-      *r.dflash, std::move(runner),
-      r.dflash_vocab > 0 ? std::min(r.n_vocab, r.dflash_vocab) : r.n_vocab, r.tree));
+  const auto [small, large] = DflashDrafter::vocabularies(r.n_vocab, r.dflash_vocab);
+  return std::unique_ptr<Drafter>(
+      std::make_unique<DflashDrafter>(*r.dflash, std::move(runner), large, r.tree, small));
 }
 
 // What auto drafts with, from what was loaded: make_drafter and drafter_description both ask.

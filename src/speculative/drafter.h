@@ -61,12 +61,16 @@ struct SpecOptions {
   int budget = kDrafterCaps;        // tree nodes per verification pass, not counting the root
   int depth = kDrafterCaps;         // deepest node below the root
   SpecTree tree = SpecTree::kAuto;  // DFlash only
-  // DFlash only: the drafter proposes ids below this (0: the whole vocabulary). Its LM head,
-  // the costliest part of a draft (15 rows x 151936 x 1536 for Qwen2.5), then computes only
-  // those rows. Byte-level BPE ids follow merge order, so the low ids are the frequent tokens:
-  // ids below 65536 are 97.7% of Qwen2.5's tokens on code and 97.5% on prose (measured on
-  // Python stdlib sources and /usr/share/doc); a rarer token is simply never drafted.
-  int32_t vocab = 65536;
+  // DFlash only: the ids the drafter may propose. Its LM head, the costliest part of a draft
+  // (15 rows x 151936 x 1536 for Qwen2.5), computes only their rows. N > 0: ids below N; 0: the
+  // whole vocabulary; kVocabByTree: ids below DflashDrafter::kFrequentIds for trees under
+  // DflashDrafter::kWholeVocabBudget nodes, every id for larger trees, whose verification
+  // passes dwarf the head's extra rows. Byte-level BPE ids follow merge order, so the low ids
+  // are the frequent tokens: ids below 65536 are 97.7% of Qwen2.5's tokens on code and 97.5%
+  // on prose (measured on Python stdlib sources and /usr/share/doc); a rarer token is simply
+  // never drafted.
+  static constexpr int32_t kVocabByTree = -1;
+  int32_t vocab = kVocabByTree;
 
   Status validate() const;
 };
@@ -119,7 +123,7 @@ struct DrafterResources {
   int context_size = 4096;              // of the session: the draft model's cache matches it
   const DflashModel* dflash = nullptr;  // for kDflash (required) and kAuto (preferred)
   SpecTree tree = SpecTree::kAuto;
-  int32_t dflash_vocab = 0;  // SpecOptions::vocab
+  int32_t dflash_vocab = 0;  // SpecOptions::vocab (0: the whole vocabulary)
 };
 
 // The drafter for `mode` (nullptr for kNone). kDraft without a draft model is an error.

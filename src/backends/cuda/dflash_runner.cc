@@ -481,10 +481,13 @@ class DeviceDflashRunner : public DflashRunner {
     if (!use_graph_) {
       enqueue_draft(n_tokens, block, rows);
     } else {
-      if (graph_n_tokens_ != n_tokens) clear_graphs();
-      graph_n_tokens_ = n_tokens;
-      graphs_.resize(D + 1, nullptr);
-      cudaGraphExec_t& exec = graphs_[rows];
+      // A graph per vocabulary too: with the default (SpecOptions::kVocabByTree) small and
+      // large trees draft different ids, and --spec auto may alternate them.
+      auto at = std::find_if(graphs_.begin(), graphs_.end(),
+                             [&](const auto& g) { return g.first == n_tokens; });
+      if (at == graphs_.end()) at = graphs_.insert(graphs_.end(), {n_tokens, {}});
+      at->second.resize(D + 1, nullptr);
+      cudaGraphExec_t& exec = at->second[rows];
       if (exec == nullptr) {
         cudaGraph_t graph;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
@@ -552,8 +555,10 @@ class DeviceDflashRunner : public DflashRunner {
   int n_parents(int depth) const { return 1 + (depth - 1) * d_->top_k; }
 
   void clear_graphs() {
-    for (cudaGraphExec_t exec : graphs_) {
-      if (exec != nullptr) cudaGraphExecDestroy(exec);
+    for (auto& [n_tokens, execs] : graphs_) {
+      for (cudaGraphExec_t exec : execs) {
+        if (exec != nullptr) cudaGraphExecDestroy(exec);
+      }
     }
     graphs_.clear();
   }
@@ -729,8 +734,8 @@ class DeviceDflashRunner : public DflashRunner {
   std::shared_ptr<const DeviceDflash> d_;
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true;
-  std::vector<cudaGraphExec_t> graphs_;  // [depths computed], for graph_n_tokens_
-  int32_t graph_n_tokens_ = -1;
+  // Per vocabulary (ids drafted): the graphs by depths computed.
+  std::vector<std::pair<int32_t, std::vector<cudaGraphExec_t>>> graphs_;
   int drafted_depth_ = 0;  // depths the last draft copied back
   int32_t n_positions_ = 0;
   int capacity_ = 0;
