@@ -23,13 +23,14 @@ namespace salvo {
 class DflashDrafter : public Drafter {
  public:
   // SpecOptions::kVocabByTree: trees under kWholeVocabBudget nodes draft ids below
-  // kFrequentIds, larger trees every id. The head over all 151,936 ids instead of 65,536 adds
-  // ~0.1 ms to a draft on the H200 (session 35: ~2.3x its 57 us, and the top-k over more ids),
+  // kFrequentIds, larger trees every id. The head and top-k over all 151,936 ids instead of
+  // 65,536 add 0.065 ms to a draft on the H200 (session 41: 0.557 against 0.492 ms a pass),
   // and the rare tokens add tokens a pass mostly to large trees. bench/dflash_replay.py over the
   // H200's 16 code answers (session 41, --vocab 0 against 65536, mean tokens a pass): 7 nodes
   // 3.708 / 3.674 (+0.9%), 16 4.424 / 4.331 (+2.1%), 32 4.798 / 4.713 (+1.8%), 64 5.125 / 4.990
-  // (+2.7%; median 5.053 / 4.862). A drafted pass takes ~1.7 ms at 7 nodes, ~2.9 at 32 and
-  // ~5 at 64 on the H200, so the extra 0.1 ms pays for itself from about 48 nodes.
+  // (+2.7%). A drafted pass takes ~1.7 ms at 7 nodes, ~2.9 at 32 and ~5 at 64 on the H200, so
+  // the extra rows pay for themselves from about 48 nodes; at 64 the H200 measured code 4.99
+  // tokens a pass (median) against 4.86, and 854 against 839 tok/s.
   static constexpr int32_t kFrequentIds = 65536;
   static constexpr int kWholeVocabBudget = 48;
   // The ids of small and of large trees for SpecOptions::vocab `vocab` over n_vocab ids.
