@@ -437,6 +437,31 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
           EXPECT_LT(e, 1e-3);
         }
 
+        // A draft over fewer ids runs a graph of its own (the default vocabulary alternates
+        // the frequent ids of small trees with every id of large ones, DflashDrafter): its
+        // candidates lie below the cut, the full list's ids below it lead them in order, and
+        // the whole vocabulary's pass after it gives the same bits as before.
+        {
+          const int32_t cut = std::min<int32_t>(tc.n_vocab, 32768);
+          std::vector<Candidates> below, again;
+          runner.draft(root, D, width, cut, below);
+          runner.draft(root, D, width, tc.n_vocab, again);
+          ASSERT_EQ(below.size(), gpu_depths.size());
+          ASSERT_EQ(again.size(), gpu_depths.size());
+          for (size_t d = 0; d < gpu_depths.size(); ++d) {
+            std::vector<int32_t> kept;
+            for (int32_t t : gpu_depths[d].tokens) {
+              if (t < cut) kept.push_back(t);
+            }
+            ASSERT_GE(below[d].tokens.size(), kept.size());
+            for (int32_t t : below[d].tokens) EXPECT_LT(t, cut) << "depth " << d + 1;
+            EXPECT_TRUE(std::equal(kept.begin(), kept.end(), below[d].tokens.begin()))
+                << "depth " << d + 1;
+            EXPECT_EQ(again[d].tokens, gpu_depths[d].tokens) << "depth " << d + 1;
+            EXPECT_EQ(again[d].logprobs, gpu_depths[d].logprobs) << "depth " << d + 1;
+          }
+        }
+
         const int shallow = std::min(D, 7);
         if (c.block_rows(shallow) != c.block_rows(D)) {
           // A pass to fewer depths than DflashConfig::kShortBlock runs the short block: another
