@@ -248,10 +248,26 @@ def test_dflash_equals_plain(sampling, tree):
         assert sum(r["accepted_draft_tokens"] for r in spec) > 0
 
 
+def test_whole_vocabulary_dflash_trees_equal_plain():
+    """Trees of 48 nodes or more draft every id (smaller ones only ids below 65536, which
+    SmolLM2's 49,152 never reach): Qwen2.5-Coder-1.5B (151,936 ids) with its shipped drafter and
+    64-node trees, greedy."""
+    drafter = os.path.join(os.path.dirname(__file__), "..", "..", "drafters", "qwen2.5-coder-1.5b")
+    prompts = tuple(PROMPTS[:3])
+    plain = generate("qwen2.5-coder-1.5b", "greedy", "none", prompts)
+    spec = generate("qwen2.5-coder-1.5b", "greedy", "dflash", prompts,
+                    ("--drafter", os.path.abspath(drafter), "--spec-tree", "adapter",
+                     "--spec-budget", "64"))
+    assert_same_tokens(plain, spec, prompts, "qwen2.5-coder-1.5b greedy dflash 64 nodes")
+    assert all(r["spec_vocab"] == -1 for r in spec)  # the default: the vocabulary by tree size
+    assert sum(r["accepted_draft_tokens"] for r in spec) > 0
+
+
 @pytest.mark.parametrize("flags, message", [
     (["--spec", "eagle"], "unknown speculation mode 'eagle'"),
     (["--spec-budget", "-1"], "--spec-budget"),
     (["--spec-depth", "1000"], "--spec-depth"),
+    (["--spec-vocab", "-1"], "--spec-vocab"),
     (["--spec", "draft"], "--spec draft needs a draft model"),
     (["--spec-tree", "wide"], "unknown speculation tree 'wide'"),
 ])
