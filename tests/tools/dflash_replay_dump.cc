@@ -133,7 +133,9 @@ int main(int argc, char** argv) {
     const size_t fw = c.feature_width();
     st = r.observe(0, n_prompt - 1, hidden.data());
     if (!st.ok()) return fail(st.message());
-    // The engine's own drafter, on a runner of its own, for the check column.
+    // The engine's own drafter, on a runner of its own, for the check column. Both draft every
+    // id: the engine's default drafts only ids below 65536 for trees under 48 nodes, which
+    // dflash_replay.py replays from this dump with --vocab (-1: that default).
     std::unique_ptr<DflashDrafter> engine;
     if (budget > 0) {
       auto own = new_dflash_runner(d, pool);
