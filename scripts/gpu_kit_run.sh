@@ -62,13 +62,12 @@ dump_texts() {
 }
 # target_forms: the forms whose words lack KIT_TARGET=0. A form that changes only the drafter says
 # KIT_TARGET=0, and the target-only steps (the model tests and the sweeps) skip it.
-target_forms() { for f in $(forms); do case " $(form_env $f) " in *" KIT_TARGET=0 "*) ;; *) echo $f ;; esac; done; }
+target_forms() { for f in $(forms); do has_word $f KIT_TARGET=0 || echo $f; done; }
 # bin_of NAME: the folder of form NAME's binaries (KIT_BIN=alt: the other build's, once here).
 bin_of() {
-  case " $(form_env "$1") " in
-    *" KIT_BIN=alt "*) while [ ! -f $W/alt.ok ]; do sleep 1; done; echo $W/bin/alt ;;
-    *) echo $W/bin ;;
-  esac
+  has_word "$1" KIT_BIN=alt || { echo $W/bin; return; }
+  while [ ! -f $W/alt.ok ]; do sleep 1; done
+  echo $W/bin/alt
 }
 
 if [ "$1" = job ]; then
@@ -119,7 +118,7 @@ if [ "$1" = job ]; then
     math_pipe_throttle not_selected selected no_instruction drain membar; do
     printf 'smsp__average_warps_issue_stalled_%s_per_issue_active.ratio,' $s; done)
   for f in $(forms); do
-    case " $(form_env $f) " in *" KIT_NCU=1 "*) ;; *) continue ;; esac
+    has_word $f KIT_NCU=1 || continue
     for k in 1 8 16; do
       re='regex:half_kernelI.*Li1E'
       [ $k = 16 ] && re='regex:half_kernel_16'
@@ -156,7 +155,7 @@ if [ "$1" = job ]; then
     # KIT_SWEEP=1: that form's tokens a pass and tok/s for chain, best-first and adapter trees
     # at budgets 8, 16, 32 and 64 per category (bench_spec --dflash-sweep), as sweep_FORM.log.
     for f in $(forms); do
-      case " $(form_env $f) " in *" KIT_SWEEP=1 "*) ;; *) continue ;; esac
+      has_word $f KIT_SWEEP=1 || continue
       env $(form_env $f) timeout 900 python3 bench/bench_spec.py --device cuda --skip-llama \
         --draft-model none --salvo $(bin_of $f)/salvo --models-dir $W/m --model qwen2.5-coder-1.5b \
         --drafter $W/drafters/qwen2.5-coder-1.5b --prompts $W/prompts.jsonl --limit 100 \
@@ -205,7 +204,7 @@ for r in map(json.loads, open(sys.argv[1])):
     done
     # KIT_AUTO=1: that form's trace also with --spec auto (the policy's sizes and plain passes).
     for f in $(forms); do
-      case " $(form_env $f) " in *" KIT_AUTO=1 "*) ;; *) continue ;; esac
+      has_word $f KIT_AUTO=1 || continue
       env $(form_env $f) SALVO_SPEC_TRACE=1 timeout 120 $(bin_of $f)/salvo run --device cuda \
         --model $W/m/qwen2.5-coder-1.5b.gguf --drafter $W/drafters/qwen2.5-coder-1.5b \
         --spec auto --temperature 0 -n 192 --prompts-file $W/code.jsonl \
@@ -214,7 +213,7 @@ for r in map(json.loads, open(sys.argv[1])):
     # KIT_PROF=1: ncu's time of every kernel of a few drafted passes of the first code prompt
     # (graphs off, so each kernel runs alone), in launch order, as prof_FORM.csv.
     for f in $(forms); do
-      case " $(form_env $f) " in *" KIT_PROF=1 "*) ;; *) continue ;; esac
+      has_word $f KIT_PROF=1 || continue
       head -n 1 $W/code.jsonl >$W/one.jsonl
       env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --csv --log-file $L/prof_$f.csv \
         --cache-control none --clock-control none --metrics gpu__time_duration.sum \
