@@ -102,11 +102,21 @@ def sort_best_first(tokens, lps):
     return [tokens[i] for i in order], [lps[i] for i in order]
 
 
+def width_for(cfg, budget):
+    """Candidates a depth: --width, else DflashDrafter's (the adapter's top_k, WIDE_CANDIDATES for
+    adapter trees of LARGE_TREE nodes or more, at most 8 siblings for best-first trees)."""
+    if cfg.width is not None:
+        return cfg.width
+    if cfg.tree == "adapter":
+        return WIDE_CANDIDATES if budget >= LARGE_TREE else ADAPTER_TOP_K
+    return min(budget, ADAPTER_TOP_K)
+
+
 def build_tree(cfg, rec, p, ngrams, budget):
     """best_first_tree with dflash_drafter's scorer. Returns nodes: (token, parent, depth)."""
     toks, lps, ad = rec
     D = toks.shape[0]
-    W = cfg.width
+    W = width_for(cfg, budget)
     max_depth = min(D, budget, cfg.max_depth)
     f32 = np.float32
 
@@ -232,10 +242,13 @@ def cmd_orders(args):
         print(" ".join(fields))
 
 
-# DflashDrafter's default vocabulary (SpecOptions::kVocabByTree): ids below FREQUENT_IDS for
-# trees under WHOLE_VOCAB_BUDGET nodes, every id for larger ones.
+# DflashDrafter's constants: by default (SpecOptions::kVocabByTree) trees under LARGE_TREE nodes
+# draft ids below FREQUENT_IDS, larger ones every id; large adapter trees take WIDE_CANDIDATES a
+# depth, small ones the adapter's top_k (8 for the shipped drafters).
 FREQUENT_IDS = 65536
-WHOLE_VOCAB_BUDGET = 48
+LARGE_TREE = 48
+WIDE_CANDIDATES = 16
+ADAPTER_TOP_K = 8
 
 
 def below_vocab(toks, lps, ad, n_vocab):
@@ -273,7 +286,7 @@ def cmd_replay(args):
     ends = {b: {"outside": 0, "inside": 0} for b in args.budgets}
     for budget in args.budgets:
         per_cat = {}
-        small = args.vocab > 0 or (args.vocab < 0 and budget < WHOLE_VOCAB_BUDGET)
+        small = args.vocab > 0 or (args.vocab < 0 and budget < LARGE_TREE)
         if small and frequent is None:
             frequent = below_vocab(*whole, args.vocab if args.vocab > 0 else FREQUENT_IDS)
         toks, lps, ad = frequent if small else whole
@@ -293,7 +306,8 @@ def cmd_replay(args):
                 if p + a + 2 < len(ids) and a < D and budget > a:
                     # Why the pass ended: the next token was not among its depth's candidates
                     # (only a better drafter helps), or it was and the tree left it out.
-                    out_of_reach = ids[p + a + 2] not in [int(x) for x in toks[i][a][:args.width]]
+                    width = width_for(args, budget)
+                    out_of_reach = ids[p + a + 2] not in [int(x) for x in toks[i][a][:width]]
                     ends[budget]["outside" if out_of_reach else "inside"] += 1
                 passes += 1
                 made += a + 1
@@ -310,7 +324,7 @@ def cmd_replay(args):
         means = [f"{statistics.mean(per_cat[c]):.3f}" for c in cat_names if c in per_cat]
         print(f"{budget:6d} " + " ".join(cells) + "   " + " ".join(means))
     print("passes that stop short, by where the text's next token was: outside its depth's "
-          f"{args.width} candidates / among them")
+          "candidates / among them")
     for budget, e in ends.items():
         n = max(1, e["outside"] + e["inside"])
         print(f"{budget:6d}   {e['outside'] / n:.0%} / {e['inside'] / n:.0%} of {n}")
@@ -330,7 +344,8 @@ def main():
     o = sub.add_parser("orders", help="per position, the grow orders of the path the text takes")
     for q in (r, c, o):
         q.add_argument("--tree", choices=["adapter", "best", "chain"], default="adapter")
-        q.add_argument("--width", type=int, default=8, help="candidates a depth (adapter top_k: 8)")
+        q.add_argument("--width", type=int, default=None,
+                       help="candidates a depth (default: the engine's, 8 or 16 from 48 nodes)")
         q.add_argument("--max-depth", type=int, default=15)
         q.add_argument("--boost", type=float, default=2.0, help="context boost; --no-boost: off")
         q.add_argument("--no-boost", dest="boost", action="store_const", const=None)

@@ -33,6 +33,16 @@ float context_boost_value() {
   return boost;
 }
 
+// SALVO_DFLASH_WIDE=0 gives large adapter trees the adapter's top_k candidates a depth, as
+// small ones have, in place of kWideCandidates (A/B runs).
+bool wide_candidates_enabled() {
+  static const bool on = [] {
+    const char* v = std::getenv("SALVO_DFLASH_WIDE");
+    return v == nullptr || std::atoi(v) != 0;
+  }();
+  return on;
+}
+
 }  // namespace
 
 std::pair<int32_t, int32_t> DflashDrafter::vocabularies(int32_t n_vocab, int32_t vocab) {
@@ -86,12 +96,14 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
   // The drafter must hold every committed position: the root sits right after them.
   if (runner_->n_positions() != static_cast<int32_t>(context.size()) - 1) return {};
   const int32_t root = context.back();
-  int width =
-      tree_ == SpecTree::kAdapter ? std::max(c.adapter_top_k, 1) : std::min(budget, kMaxSiblings);
+  const bool large = budget >= kLargeTree;
+  int width = std::min(budget, kMaxSiblings);
+  if (tree_ == SpecTree::kAdapter) {
+    width = large && wide_candidates_enabled() ? kWideCandidates : std::max(c.adapter_top_k, 1);
+  }
   if (tree_ == SpecTree::kChain) width = 1;
   width = std::min(width, runner_->max_width());
-  runner_->draft(root, max_depth, width,
-                 budget < kWholeVocabBudget ? small_tree_tokens_ : n_tokens_, depths_);
+  runner_->draft(root, max_depth, width, large ? n_tokens_ : small_tree_tokens_, depths_);
   const std::vector<Candidates>& depths = depths_;
   switch (tree_) {
     case SpecTree::kChain:

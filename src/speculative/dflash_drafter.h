@@ -22,22 +22,28 @@ namespace salvo {
 
 class DflashDrafter : public Drafter {
  public:
-  // SpecOptions::kVocabByTree: trees under kWholeVocabBudget nodes draft ids below
-  // kFrequentIds, larger trees every id. The head and top-k over all 151,936 ids instead of
-  // 65,536 add 0.065 ms to a draft on the H200 (session 41: 0.557 against 0.492 ms a pass),
-  // and the rare tokens add tokens a pass mostly to large trees. bench/dflash_replay.py over the
-  // H200's 16 code answers (session 41, --vocab 0 against 65536, mean tokens a pass): 7 nodes
-  // 3.708 / 3.674 (+0.9%), 16 4.424 / 4.331 (+2.1%), 32 4.798 / 4.713 (+1.8%), 64 5.125 / 4.990
-  // (+2.7%). A drafted pass takes ~1.7 ms at 7 nodes, ~2.9 at 32 and ~5 at 64 on the H200, so
-  // the extra rows pay for themselves from about 48 nodes; at 64 the H200 measured code 4.99
-  // tokens a pass (median) against 4.86, and 854 against 839 tok/s.
+  // Large trees (kLargeTree nodes or more) draft differently from small ones: their
+  // verification pass (~5 ms at 64 nodes on the H200, against ~1.7 at 7) dwarfs the draft, so
+  // they take what adds tokens a pass at a little draft time.
+  // - Every id (SpecOptions::kVocabByTree): small trees draft ids below kFrequentIds. The head
+  //   and top-k over all 151,936 ids add 0.065 ms to a draft on the H200 (session 41: 0.557
+  //   against 0.492 ms), and the rare tokens add tokens a pass mostly to large trees.
+  //   bench/dflash_replay.py over the H200's 16 code answers (session 41, --vocab 0 against
+  //   65536, mean tokens a pass): 7 nodes 3.708 / 3.674 (+0.9%), 16 4.424 / 4.331 (+2.1%), 32
+  //   4.798 / 4.713 (+1.8%), 64 5.125 / 4.990 (+2.7%); the H200 measured code at 64 nodes 4.99
+  //   tokens a pass (median) against 4.86, and 854 against 839 tok/s.
+  // - kWideCandidates candidates a depth for adapter trees, not the adapter's top_k (8): the
+  //   same replay (every id), mean tokens a pass with 8 / 16: 16 nodes 4.424 / 4.417, 32 4.798 /
+  //   4.813, 48 5.042 / 5.075, 64 5.125 / 5.197 (median 5.053 / 5.110). Only large trees reach
+  //   the 9th-16th candidates. Best-first trees gain nothing from them (64 nodes: 4.696 / 4.695).
   static constexpr int32_t kFrequentIds = 65536;
-  static constexpr int kWholeVocabBudget = 48;
+  static constexpr int kLargeTree = 48;
+  static constexpr int kWideCandidates = 16;
   // The ids of small and of large trees for SpecOptions::vocab `vocab` over n_vocab ids.
   static std::pair<int32_t, int32_t> vocabularies(int32_t n_vocab, int32_t vocab);
 
   // `n_tokens`: ids the drafter may propose; `small_tree_tokens` (0: n_tokens): the ids for
-  // trees under kWholeVocabBudget nodes. The model must outlive the drafter; `runner` runs it
+  // trees under kLargeTree nodes. The model must outlive the drafter; `runner` runs it
   // (new_dflash_runner).
   DflashDrafter(const DflashModel& model, std::unique_ptr<DflashRunner> runner, int32_t n_tokens,
                 SpecTree tree, int32_t small_tree_tokens = 0);

@@ -64,7 +64,7 @@ struct SpecOptions {
   // DFlash only: the ids the drafter may propose. Its LM head, the costliest part of a draft
   // (15 rows x 151936 x 1536 for Qwen2.5), computes only their rows. N > 0: ids below N; 0: the
   // whole vocabulary; kVocabByTree: ids below DflashDrafter::kFrequentIds for trees under
-  // DflashDrafter::kWholeVocabBudget nodes, every id for larger trees, whose verification
+  // DflashDrafter::kLargeTree nodes, every id for larger trees, whose verification
   // passes dwarf the head's extra rows. Byte-level BPE ids follow merge order, so the low ids
   // are the frequent tokens: ids below 65536 are 97.7% of Qwen2.5's tokens on code and 97.5%
   // on prose (measured on Python stdlib sources and /usr/share/doc); a rarer token is simply

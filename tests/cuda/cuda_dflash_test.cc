@@ -462,6 +462,76 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
           }
         }
 
+        // Large adapter trees ask for kMaxTopCandidates a depth (DflashDrafter::kWideCandidates),
+        // a graph of its own: its list is the CPU's too, its first `width` candidates are the
+        // narrow pass's bits, and so are the adapter's scores where the two passes share a
+        // parent and a candidate (the adapter's kernels are row invariant); the scores of every
+        // parent it adds match the CPU's; a narrow pass after it gives the narrow bits again.
+        {
+          const int wide = cuda::kMaxTopCandidates;
+          ASSERT_EQ(runner.max_width(), wide);
+          std::vector<Candidates> wd, again;
+          std::vector<std::vector<float>> narrow_scores;  // [depth][parent rank * width + i]
+          if (cd.has_adapter()) {
+            for (int depth = 1; depth <= D; ++depth) {
+              std::vector<float>& sc = narrow_scores.emplace_back();
+              const int n_par = depth == 1 ? 1 : width;
+              for (int pi = 0; pi < n_par; ++pi) {
+                const int32_t prev = depth == 1 ? root : gpu_depths[depth - 2].tokens[pi];
+                std::vector<float> a(width);
+                runner.adapter_scores(depth, prev, gpu_depths[depth - 1].tokens, a.data());
+                sc.insert(sc.end(), a.begin(), a.end());
+              }
+            }
+          }
+          runner.draft(root, D, wide, tc.n_vocab, wd);
+          const DraftComparison rw = compare_draft(cpu_logits, tc.n_vocab, wd, wide);
+          std::printf(
+              "%s / %s: context %d: %d candidates: top-%d overlap %d/%d, max |logprob err| %.3g, "
+              "worst rank gap %.3g\n",
+              path.c_str(), dir.c_str(), at, wide, wide, rw.overlap, rw.slots, rw.max_logprob_err,
+              rw.worst_rank_gap);
+          expect_close(rw);
+          ASSERT_EQ(wd.size(), gpu_depths.size());
+          for (size_t d = 0; d < wd.size(); ++d) {
+            ASSERT_EQ(wd[d].size(), static_cast<size_t>(wide));
+            EXPECT_TRUE(std::equal(gpu_depths[d].tokens.begin(), gpu_depths[d].tokens.end(),
+                                   wd[d].tokens.begin()))
+                << "depth " << d + 1;
+            EXPECT_TRUE(std::equal(gpu_depths[d].logprobs.begin(), gpu_depths[d].logprobs.end(),
+                                   wd[d].logprobs.begin()))
+                << "depth " << d + 1;
+          }
+          if (cd.has_adapter()) {
+            std::vector<float> want, got;
+            for (int depth = 1; depth <= D; ++depth) {
+              const int n_par = depth == 1 ? 1 : wide;
+              for (int pi = 0; pi < n_par; ++pi) {
+                const int32_t prev = depth == 1 ? root : wd[depth - 2].tokens[pi];
+                std::vector<float> a(wide), b(wide);
+                runner.adapter_scores(depth, prev, wd[depth - 1].tokens, a.data());
+                cd.adapter_scores(state.y.data() + static_cast<size_t>(depth) * c.n_embd, prev,
+                                  wd[depth - 1].tokens, b.data());
+                got.insert(got.end(), a.begin(), a.end());
+                want.insert(want.end(), b.begin(), b.end());
+                if (pi >= (depth == 1 ? 1 : width)) continue;
+                const float* narrow = narrow_scores[depth - 1].data() + pi * width;
+                EXPECT_TRUE(std::equal(narrow, narrow + width, a.begin()))
+                    << "adapter scores, depth " << depth << ", parent " << pi;
+              }
+            }
+            const double e = nmse(got.data(), want.data(), got.size());
+            std::printf("%s / %s: context %d: %d-candidate adapter scores NMSE %.3g over %zu\n",
+                        path.c_str(), dir.c_str(), at, wide, e, got.size());
+            EXPECT_LT(e, 1e-3);
+          }
+          runner.draft(root, D, width, tc.n_vocab, again);
+          for (size_t d = 0; d < gpu_depths.size(); ++d) {
+            EXPECT_EQ(again[d].tokens, gpu_depths[d].tokens) << "depth " << d + 1;
+            EXPECT_EQ(again[d].logprobs, gpu_depths[d].logprobs) << "depth " << d + 1;
+          }
+        }
+
         const int shallow = std::min(D, 7);
         if (c.block_rows(shallow) != c.block_rows(D)) {
           // A pass to fewer depths than DflashConfig::kShortBlock runs the short block: another

@@ -4,7 +4,7 @@ trees again in Python. Its conclusions hold only if its trees are the engine's, 
 carries how deep each text runs down the tree the engine's DflashDrafter proposes at that
 position, and `check` must reach the same depth everywhere: with the shipped SmolLM2 drafter's
 adapter trees at two budgets, with the context boost as shipped and changed through
-SALVO_DFLASH_BOOST. Bad input to the dump tool is refused with what was wrong.
+SALVO_DFLASH_BOOST, and at a large tree's budget, whose 16 candidates a depth the dump then holds. Bad input to the dump tool is refused with what was wrong.
 """
 
 import json
@@ -45,27 +45,29 @@ def texts(tmp_path_factory):
     return model, tmp
 
 
-def dump(model, tmp, name, budget, env=None):
+def dump(model, tmp, name, budget, env=None, width=8):
     out = tmp / name
     proc = subprocess.run(
         [tool_path_or_skip("dflash_replay_dump"), model, str(DRAFTER), str(tmp / "seqs.txt"),
-         str(out), "8", str(budget)],
+         str(out), str(width), str(budget)],
         capture_output=True, text=True, timeout=300, env=env)
     assert proc.returncode == 0, proc.stderr[-2000:]
     return out
 
 
-@pytest.mark.parametrize("budget,boost", [(7, None), (24, None), (24, "4")])
-def test_replayed_trees_are_the_engines(texts, budget, boost):
+@pytest.mark.parametrize("budget,boost,width", [(7, None, 8), (24, None, 8), (24, "4", 8),
+                                                (48, None, 16)])
+def test_replayed_trees_are_the_engines(texts, budget, boost, width):
     model, tmp = texts
     env = dict(os.environ)
     env.pop("SALVO_DFLASH_BOOST", None)
     env.pop("SALVO_DFLASH_CONTEXT", None)
+    env.pop("SALVO_DFLASH_WIDE", None)
     flags = []
     if boost:
         env["SALVO_DFLASH_BOOST"] = boost
         flags = ["--boost", boost]
-    out = dump(model, tmp, f"dump_{budget}_{boost}.bin", budget, env)
+    out = dump(model, tmp, f"dump_{budget}_{boost}.bin", budget, env, width)
     proc = subprocess.run([sys.executable, REPLAY, "check", str(out), str(tmp / "texts.jsonl"),
                            "-v", *flags], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]

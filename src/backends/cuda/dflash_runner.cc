@@ -125,7 +125,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
 
   DflashConfig config;
   DeviceHeads heads;
-  int top_k = 0;  // candidates per depth the runner computes
+  int top_k = 0;  // candidates a depth of small trees' passes (large ones: kMaxTopCandidates)
   DeviceLinear fc;
   DeviceLinear a_h, a_e, b;            // the adapter
   const uint16_t* ae_table = nullptr;  // [n_vocab, adapter_hidden] fp16: a_e E(t) for every t
@@ -309,8 +309,9 @@ class DeviceDflashRunner : public DflashRunner {
   Status init() {
     const DflashConfig& c = d_->config;
     const size_t f = sizeof(float);
-    const size_t B = c.block_size, D = c.max_depth(), K = d_->top_k;
-    const size_t n_parents = this->n_parents(static_cast<int>(D));
+    // Buffers for the widest pass (kMaxTopCandidates a depth).
+    const size_t B = c.block_size, D = c.max_depth(), K = max_k();
+    const size_t n_parents = this->n_parents(static_cast<int>(D), static_cast<int>(K));
     const size_t n_vocab = d_->heads.output.n_out;
     SALVO_RETURN_IF_ERROR(cuda_status(cudaStreamCreate(&stream_), "cudaStreamCreate"));
     SALVO_RETURN_IF_ERROR(matmul_prepare(stream_));  // before the draft pass's graph capture
@@ -375,7 +376,7 @@ class DeviceDflashRunner : public DflashRunner {
   }
 
   int32_t n_positions() const override { return n_positions_; }
-  int max_width() const override { return d_->top_k; }
+  int max_width() const override { return max_k(); }
 
   Status observe(int32_t first, int32_t n, const float* features) override {
     const DflashConfig& c = d_->config;
@@ -455,8 +456,10 @@ class DeviceDflashRunner : public DflashRunner {
   void draft(int32_t root, int depth, int width, int32_t n_tokens,
              std::vector<Candidates>& depths) override {
     const DflashConfig& c = d_->config;
-    const int B = c.block_size, D = c.max_depth(), K = d_->top_k;
-    SALVO_CHECK(depth >= 1 && depth <= D && width >= 1 && width <= K);
+    // Two widths a pass, each its own graph: the small trees' top_k (the adapter's) and, for
+    // the wide lists of large trees (DflashDrafter::kWideCandidates), kMaxTopCandidates.
+    const int B = c.block_size, D = c.max_depth(), K = width <= d_->top_k ? d_->top_k : max_k();
+    SALVO_CHECK(depth >= 1 && depth <= D && width >= 1 && width <= max_k());
     const Status st = ensure_capacity(n_positions_ + B);
     SALVO_CHECK_MSG(st.ok(), st.message().c_str());
     int32_t* m = meta_host_.get<int32_t>();
@@ -479,19 +482,20 @@ class DeviceDflashRunner : public DflashRunner {
     const int block = c.block_rows(depth);
     const int rows = std::min(block - 1, depth <= kShallowDepths ? kShallowDepths : D);
     if (!use_graph_) {
-      enqueue_draft(n_tokens, block, rows);
+      enqueue_draft(n_tokens, block, rows, K);
     } else {
-      // A graph per vocabulary too: with the default (SpecOptions::kVocabByTree) small and
-      // large trees draft different ids, and --spec auto may alternate them.
+      // A graph per vocabulary and width too: by default small and large trees draft different
+      // ids and widths (DflashDrafter::kLargeTree), and --spec auto may alternate them.
+      const std::pair<int32_t, int> key{n_tokens, K};
       auto at = std::find_if(graphs_.begin(), graphs_.end(),
-                             [&](const auto& g) { return g.first == n_tokens; });
-      if (at == graphs_.end()) at = graphs_.insert(graphs_.end(), {n_tokens, {}});
+                             [&](const auto& g) { return g.first == key; });
+      if (at == graphs_.end()) at = graphs_.insert(graphs_.end(), {key, {}});
       at->second.resize(D + 1, nullptr);
       cudaGraphExec_t& exec = at->second[rows];
       if (exec == nullptr) {
         cudaGraph_t graph;
         SALVO_CUDA_CHECK(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal));
-        enqueue_draft(n_tokens, block, rows);
+        enqueue_draft(n_tokens, block, rows, K);
         SALVO_CUDA_CHECK(cudaStreamEndCapture(stream_, &graph));
         SALVO_CUDA_CHECK(cudaGraphInstantiate(&exec, graph, 0));
         cudaGraphDestroy(graph);
@@ -500,7 +504,7 @@ class DeviceDflashRunner : public DflashRunner {
     }
     // The outputs keep the layout of D depths; only the first `depth` are filled and copied.
     const size_t n_ids = 1 + static_cast<size_t>(D) * K, n_lp = static_cast<size_t>(depth) * K;
-    const size_t n_scores = c.has_adapter() ? static_cast<size_t>(n_parents(depth)) * K : 0;
+    const size_t n_scores = c.has_adapter() ? static_cast<size_t>(n_parents(depth, K)) * K : 0;
     const size_t lp_at = n_ids * 4, scores_at = (n_ids + static_cast<size_t>(D) * K) * 4;
     uint8_t* out = out_host_.get<uint8_t>();
     const size_t ids_bytes = (1 + static_cast<size_t>(depth) * K) * 4;
@@ -512,6 +516,7 @@ class DeviceDflashRunner : public DflashRunner {
                                        cudaMemcpyDeviceToHost, stream_));
     }
     drafted_depth_ = depth;
+    drafted_k_ = K;
     SALVO_CUDA_CHECK(cudaStreamSynchronize(stream_));
     const int32_t* ids = reinterpret_cast<const int32_t*>(out) + 1;
     const float* logprobs = reinterpret_cast<const float*>(out + lp_at);
@@ -530,7 +535,7 @@ class DeviceDflashRunner : public DflashRunner {
   void adapter_scores(int depth, int32_t prev, std::span<const int32_t> candidates,
                       float* scores) override {
     const DflashConfig& c = d_->config;
-    const int D = c.max_depth(), K = d_->top_k;
+    const int D = c.max_depth(), K = drafted_k_;
     SALVO_CHECK(c.has_adapter() && depth >= 1 && depth <= drafted_depth_ &&
                 static_cast<int>(candidates.size()) <= K);
     const int32_t* ids = out_host_.get<int32_t>() + 1;  // [D][K]
@@ -551,11 +556,13 @@ class DeviceDflashRunner : public DflashRunner {
 
  private:
   static constexpr int kShallowDepths = 8;
-  // Adapter rows for a pass to `depth`: the root and the candidates of depths 1..depth - 1.
-  int n_parents(int depth) const { return 1 + (depth - 1) * d_->top_k; }
+  int max_k() const { return std::max(d_->top_k, kMaxTopCandidates); }
+  // Adapter rows for a pass to `depth` with k candidates a depth: the root and the candidates
+  // of depths 1..depth - 1.
+  static int n_parents(int depth, int k) { return 1 + (depth - 1) * k; }
 
   void clear_graphs() {
-    for (auto& [n_tokens, execs] : graphs_) {
+    for (auto& [key, execs] : graphs_) {
       for (cudaGraphExec_t exec : execs) {
         if (exec != nullptr) cudaGraphExecDestroy(exec);
       }
@@ -602,16 +609,16 @@ class DeviceDflashRunner : public DflashRunner {
     return Status();
   }
 
-  // Every kernel of a draft pass to `depth` (captured into a graph). Reads
-  // meta_: root, committed count, and the block rows' positions, slots, sequence ids and subtree
-  // ends. As in the target's pass, each norm or activation writes the int8 form of its output
-  // for the matmuls that read it (Q/K/V and gate/up one launch each), and h carries a block's
-  // output into the next norm's residual add.
-  void enqueue_draft(int32_t n_tokens, int block, int depth) {
+  // Every kernel of a draft pass to `depth` with K candidates a depth (captured into a graph).
+  // Reads meta_: root, committed count, and the block rows' positions, slots, sequence ids and
+  // subtree ends. As in the target's pass, each norm or activation writes the int8 form of its
+  // output for the matmuls that read it (Q/K/V and gate/up one launch each), and h carries a
+  // block's output into the next norm's residual add.
+  void enqueue_draft(int32_t n_tokens, int block, int depth, int K) {
     const DflashConfig& c = d_->config;
     // B: the block's rows this pass (DflashConfig::block_rows); meta_ keeps the layout of all
     // block_size rows.
-    const int B = block, Bm = c.block_size, K = d_->top_k, ne = c.n_embd;
+    const int B = block, Bm = c.block_size, ne = c.n_embd;
     const int32_t* meta = meta_.get<int32_t>();
     const int32_t* positions = meta + 2;
     const BatchView bv{.n_rows = B,
@@ -716,7 +723,7 @@ class DeviceDflashRunner : public DflashRunner {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
       // 1..depth-1's candidates, which are contiguous behind it in ids; a_e E from the table),
       // scored against the child depth's candidates' LM head rows.
-      const int R = n_parents(depth), H = c.adapter_hidden;
+      const int R = n_parents(depth, K), H = c.adapter_hidden;
       SALVO_CUDA_CHECK(
           cudaMemcpyAsync(ids, meta, sizeof(int32_t), cudaMemcpyDeviceToDevice, stream_));
       const Q8Buffer aq{adapter_xq_.get<int8_t>(), adapter_xq_meta_.get<Q8Meta>()};
@@ -734,9 +741,10 @@ class DeviceDflashRunner : public DflashRunner {
   std::shared_ptr<const DeviceDflash> d_;
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true;
-  // Per vocabulary (ids drafted): the graphs by depths computed.
-  std::vector<std::pair<int32_t, std::vector<cudaGraphExec_t>>> graphs_;
+  // Per vocabulary (ids drafted) and candidates a depth: the graphs by depths computed.
+  std::vector<std::pair<std::pair<int32_t, int>, std::vector<cudaGraphExec_t>>> graphs_;
   int drafted_depth_ = 0;  // depths the last draft copied back
+  int drafted_k_ = 0;      // and its candidates a depth
   int32_t n_positions_ = 0;
   int capacity_ = 0;
   std::vector<DeviceBuffer> k_, v_;  // per layer: [capacity, kv_width]
