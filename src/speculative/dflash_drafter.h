@@ -36,6 +36,9 @@ class DflashDrafter : public Drafter {
   //   same replay (every id), mean tokens a pass with 8 / 16: 16 nodes 4.424 / 4.417, 32 4.798 /
   //   4.813, 48 5.042 / 5.075, 64 5.125 / 5.197 (median 5.053 / 5.110). Only large trees reach
   //   the 9th-16th candidates. Best-first trees gain nothing from them (64 nodes: 4.696 / 4.695).
+  //   The H200 (session 42, 38 prompts), 64 nodes, 16 / 8 candidates: code 5.053 / 4.988 tokens
+  //   a pass (median; mean 5.180 / 5.146), 859 / 855 tok/s, draft 0.601 / 0.550 ms a pass;
+  //   grounded 6.35 / 6.16, chat 2.89 / 2.82, math 6.69 both.
   static constexpr int32_t kFrequentIds = 65536;
   static constexpr int kLargeTree = 48;
   static constexpr int kWideCandidates = 16;
