@@ -34,8 +34,8 @@ class DflashRunner {
   virtual void draft(int32_t root, int depth, int width, int32_t n_tokens,
                      std::vector<Candidates>& depths) = 0;
   // After draft(), with an adapter: its logits of `candidates` (a prefix of depths[depth - 1])
-  // given the previous token on the branch (the root for depth 1, else a candidate of
-  // depths[depth - 2] within the adapter's top_k), one per candidate into `scores`.
+  // given the previous token on the branch (the root for depth 1, else one of depths[depth - 2]'s
+  // candidates), one per candidate into `scores`.
   virtual void adapter_scores(int depth, int32_t prev, std::span<const int32_t> candidates,
                               float* scores) = 0;
 };
