@@ -99,7 +99,8 @@ DraftTree DflashDrafter::propose(std::span<const int32_t> context, int budget, i
   const bool large = budget >= kLargeTree;
   int width = std::min(budget, kMaxSiblings);
   if (tree_ == SpecTree::kAdapter) {
-    width = large && wide_candidates_enabled() ? kWideCandidates : std::max(c.adapter_top_k, 1);
+    width = std::max(c.adapter_top_k, 1);
+    if (large && wide_candidates_enabled()) width = std::max(width, kWideCandidates);
   }
   if (tree_ == SpecTree::kChain) width = 1;
   width = std::min(width, runner_->max_width());
