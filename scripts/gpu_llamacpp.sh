@@ -3,7 +3,7 @@
 # (scripts/llamacpp_source.sh packs it): builds llama-bench once, then runs it on GGUF files with
 # the settings salvo's `bench --device cuda` uses (all layers on the GPU, pp512 and tg128, greedy
 # is irrelevant to llama-bench's timing), writing one JSON per model.
-#   scripts/gpu_llamacpp.sh build SRC.tar.gz WORK     # ~5-8 min on 16 cores (ggml-cuda); LLAMA_JOBS=N: N jobs
+#   scripts/gpu_llamacpp.sh build SRC.tar.gz WORK     # ~5-8 min on 16 cores (ggml-cuda)
 #   scripts/gpu_llamacpp.sh bench WORK REPS MODEL.gguf...   # -> WORK/llama_<stem>.json
 set -euo pipefail
 cmd=${1:?usage: gpu_llamacpp.sh build SRC WORK | bench WORK REPS MODEL...}
@@ -16,7 +16,7 @@ case $cmd in
       -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
       -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
       -DLLAMA_BUILD_SERVER=OFF >"$work/llama_cmake.log" 2>&1
-    cmake --build "$work/llama.cpp/build" -j"${LLAMA_JOBS:-$(nproc)}" --target llama-bench >"$work/llama_build.log" 2>&1
+    cmake --build "$work/llama.cpp/build" -j"$(nproc)" --target llama-bench >"$work/llama_build.log" 2>&1
     echo "llama-bench built: $work/llama.cpp/build/bin/llama-bench"
     ;;
   bench)
