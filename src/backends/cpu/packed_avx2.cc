@@ -187,12 +187,13 @@ SALVO_PACK_INLINE void q4k(int64_t n_in, const void* group, const void* acts, si
 // gives 28 GB/s. The same for Q4_K (one stream) measured no better.
 constexpr int kQ6kPrefetchBlocks = 2;
 
-#ifndef SALVO_PACK_VNNI
-// sumi -= 32 * sum_j sc[j] * bsums[j] per lane: the -32 offset of every quant, which the
-// VNNI path subtracts per sub-block, taken out once per super-block with a madd per pair of
-// sub-blocks. Lane k's int16 halves hold 32 * sc[2p][k] and 32 * sc[2p + 1][k] (|.| <= 4096),
-// from the scale bytes shuffled into the high byte of each int16 (zero low byte) and shifted
-// right arithmetically by 3. Exact: the total is the same integer as the VNNI path's.
+// sumi -= 32 * sum_j sc[j] * bsums[j] per lane: the -32 offset of every quant, taken out once
+// per super-block with a madd per pair of sub-blocks (one vpdpwssd with VNNI) instead of once per
+// sub-block and row. Lane k's int16 halves hold 32 * sc[2p][k] and 32 * sc[2p + 1][k] (|.| <=
+// 4096), from the scale bytes shuffled into the high byte of each int16 (zero low byte) and
+// shifted right arithmetically by 3. Exact: int32 sums of the same integers in another order.
+// kernels_bench Q6_K_1536x8960, 1 thread, VNNI (Zen 4): 1 / 4 / 8 rows 3.80k / 6.87k / 6.76k
+// -> 3.93k / 7.45k / 7.48k rows/s.
 template <int R>
 SALVO_PACK_INLINE void q6k_sub_offsets(const PackedQ6K& blk, const BlockQ8_K* const* a, int64_t b,
                                        __m256i* sumi) {
@@ -201,6 +202,12 @@ SALVO_PACK_INLINE void q6k_sub_offsets(const PackedQ6K& blk, const BlockQ8_K* co
   const __m256i interleave = _mm256_setr_epi8(
       kZero, 0, kZero, 8, kZero, 1, kZero, 9, kZero, 2, kZero, 10, kZero, 3, kZero, 11,  //
       kZero, 4, kZero, 12, kZero, 5, kZero, 13, kZero, 6, kZero, 14, kZero, 7, kZero, 15);
+#ifdef SALVO_PACK_VNNI
+  // Two chains of four pairs each, off sumi's own (vpdpwssd's latency at one row). Without VNNI
+  // the extra registers spill (4 rows 6.0k -> 5.4k rows/s), so sumi takes the madds in turn.
+  __m256i off[2][R];
+  for (int r = 0; r < R; ++r) off[0][r] = off[1][r] = _mm256_setzero_si256();
+#endif
   for (int p = 0; p < 8; ++p) {
     const __m256i pair = _mm256_broadcastsi128_si256(
         _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk.sc[2 * p])));
@@ -209,12 +216,20 @@ SALVO_PACK_INLINE void q6k_sub_offsets(const PackedQ6K& blk, const BlockQ8_K* co
       // bsums[2p] and bsums[2p + 1] in the two int16 halves of every lane.
       int32_t bs;
       std::memcpy(&bs, &a[r][b].bsums[2 * p], 4);
+#ifdef SALVO_PACK_VNNI
+      off[p % 2][r] = madd_acc(off[p % 2][r], sc32, _mm256_set1_epi32(bs));
+#else
       sumi[r] =
           in_register(_mm256_sub_epi32(sumi[r], _mm256_madd_epi16(sc32, _mm256_set1_epi32(bs))));
+#endif
     }
   }
-}
+#ifdef SALVO_PACK_VNNI
+  for (int r = 0; r < R; ++r) {
+    sumi[r] = _mm256_sub_epi32(sumi[r], _mm256_add_epi32(off[0][r], off[1][r]));
+  }
 #endif
+}
 
 template <int R>
 SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, size_t stride,
@@ -269,16 +284,10 @@ SALVO_PACK_INLINE void q6k(int64_t n_in, const void* group, const void* acts, si
       }
 #ifdef SALVO_PACK_VNNI
       const __m256i sc = load8_i8_as_i32(blk.sc[j]);
-      for (int r = 0; r < R; ++r) {
-        const __m256i offset = _mm256_set1_epi32(32 * a[r][b].bsums[j]);
-        sumi[r] =
-            _mm256_add_epi32(sumi[r], _mm256_mullo_epi32(_mm256_sub_epi32(isum[r], offset), sc));
-      }
+      for (int r = 0; r < R; ++r) sumi[r] = sub_scale_acc(sumi[r], isum[r], sc);
 #endif
     }
-#ifndef SALVO_PACK_VNNI
     q6k_sub_offsets<R>(blk, a, b, sumi);
-#endif
     const __m256 dw = load8_f16(blk.d);
     for (int r = 0; r < R; ++r) {
       acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sumi[r]),
@@ -425,15 +434,40 @@ SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, f
     }                                                                                        \
   }
 
-// Rows per call: eight for the k-quants on AVX2, where each unpacked weight step then serves
-// twice the rows (the int16 sub-block sums leave the registers for it: 8-9% faster at 8 and 16
-// rows), four otherwise: the legacy kernels spill at eight (2x slower), and the VNNI kernels
-// stay as they were measured. Five to seven rows (the end of a batch) run as four and the rest.
-#ifdef SALVO_PACK_VNNI
-constexpr int kKQuantRows = 4;
-#define SALVO_PACK_KQUANT_DISPATCH SALVO_PACK_DISPATCH
-#else
+// Rows per call: eight for the k-quants, where each unpacked weight step then serves twice the
+// rows; four for the legacy kernels, which spill at eight (2x slower). On AVX2 the int16
+// sub-block sums leave the registers for it (8-9% faster at 8 and 16 rows), and five to seven
+// rows (the end of a batch) run as four and the rest. With VNNI (32 vector registers) every
+// count has its own kernel: a tree's 5-7 rows cost their share instead of a four-row call plus
+// a whole call for the rest, which is compute-bound on a core. Qwen2.5-Coder-1.5B, 2 threads,
+// Zen 4 (`salvo bench -p 64 -n 0 -r 3 --verify --verify-rows 1,4,5,6,8,16 --verify-context
+// 256`, medians of 3 runs, against four rows a call): 5 / 6 / 8 / 16 rows 71.2 / 77.7 / 92.4 /
+// 164.4 -> 56.5 / 63.3 / 83.9 / 156.1 ms, 4 rows unchanged (46.8 / 46.4), pp64 138 -> 151 tok/s.
 constexpr int kKQuantRows = 8;
+#ifdef SALVO_PACK_VNNI
+#define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
+  SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
+                              float* out) {                                                  \
+    switch (n_acts) {                                                                        \
+      case 1:                                                                                \
+        return kernel<1>(n, g, a, s, out);                                                   \
+      case 2:                                                                                \
+        return kernel<2>(n, g, a, s, out);                                                   \
+      case 3:                                                                                \
+        return kernel<3>(n, g, a, s, out);                                                   \
+      case 4:                                                                                \
+        return kernel<4>(n, g, a, s, out);                                                   \
+      case 5:                                                                                \
+        return kernel<5>(n, g, a, s, out);                                                   \
+      case 6:                                                                                \
+        return kernel<6>(n, g, a, s, out);                                                   \
+      case 7:                                                                                \
+        return kernel<7>(n, g, a, s, out);                                                   \
+      default:                                                                               \
+        return kernel<8>(n, g, a, s, out);                                                   \
+    }                                                                                        \
+  }
+#else
 #define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
   SALVO_PACK_DISPATCH(name##_upto4, kernel)                                                  \
   SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
