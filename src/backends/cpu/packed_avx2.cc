@@ -434,18 +434,17 @@ SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, f
     }                                                                                        \
   }
 
-// Rows per call: eight for the k-quants, where each unpacked weight step then serves twice the
-// rows; four for the legacy kernels, which spill at eight (2x slower). On AVX2 the int16
-// sub-block sums leave the registers for it (8-9% faster at 8 and 16 rows), and five to seven
-// rows (the end of a batch) run as four and the rest. With VNNI (32 vector registers) every
-// count has its own kernel: a tree's 5-7 rows cost their share instead of a four-row call plus
-// a whole call for the rest, which is compute-bound on a core. Qwen2.5-Coder-1.5B, 2 threads,
-// Zen 4 (`salvo bench -p 64 -n 0 -r 3 --verify --verify-rows 1,4,5,6,8,16 --verify-context
-// 256`, medians of 3 runs, against four rows a call): 5 / 6 / 8 / 16 rows 71.2 / 77.7 / 92.4 /
-// 164.4 -> 56.5 / 63.3 / 83.9 / 156.1 ms, 4 rows unchanged (46.8 / 46.4), pp64 138 -> 151 tok/s.
-constexpr int kKQuantRows = 8;
+// Rows per call. With VNNI (32 vector registers) every format takes eight and every count has
+// its own kernel: a tree's 5-7 rows cost their share instead of a four-row call plus a whole
+// call for the rest, which is compute-bound on a core. Qwen2.5-Coder-1.5B, 2 threads, Zen 4
+// (`salvo bench -p 64 -n 0 -r 3 --verify --verify-rows 1,4,5,6,8,16 --verify-context 256`,
+// medians of 3 runs, against four rows a call): 5 / 6 / 8 / 16 rows 71.2 / 77.7 / 92.4 / 164.4
+// -> 56.5 / 63.3 / 83.9 / 156.1 ms, 4 rows unchanged (46.8 / 46.4), pp64 138 -> 151 tok/s.
+// On AVX2 the k-quants take eight, where the int16 sub-block sums leave the registers for it
+// (8-9% faster at 8 and 16 rows), and five to seven rows run as four and the rest; the legacy
+// kernels take four (they spill at eight, 2x slower).
 #ifdef SALVO_PACK_VNNI
-#define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
+#define SALVO_PACK_DISPATCH8(name, kernel)                                                   \
   SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
                               float* out) {                                                  \
     switch (n_acts) {                                                                        \
@@ -467,7 +466,11 @@ constexpr int kKQuantRows = 8;
         return kernel<8>(n, g, a, s, out);                                                   \
     }                                                                                        \
   }
+constexpr int kKQuantRows = 8, kLegacyRows = 8;
+#define SALVO_PACK_KQUANT_DISPATCH SALVO_PACK_DISPATCH8
+#define SALVO_PACK_LEGACY_DISPATCH SALVO_PACK_DISPATCH8
 #else
+constexpr int kKQuantRows = 8, kLegacyRows = 4;
 #define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
   SALVO_PACK_DISPATCH(name##_upto4, kernel)                                                  \
   SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
@@ -481,17 +484,19 @@ constexpr int kKQuantRows = 8;
     }                                                                                        \
     name##_upto4(n, g, a, s, n_acts, out);                                                   \
   }
+#define SALVO_PACK_LEGACY_DISPATCH SALVO_PACK_DISPATCH
 #endif
-constexpr int kLegacyRows = 4;
 
 SALVO_PACK_KQUANT_DISPATCH(packed_q4k, q4k)
 SALVO_PACK_KQUANT_DISPATCH(packed_q6k, q6k)
-SALVO_PACK_DISPATCH(packed_q4_0, q4_0)
-SALVO_PACK_DISPATCH(packed_q4_1, q4_1)
-SALVO_PACK_DISPATCH(packed_q5_0, q5_0)
-SALVO_PACK_DISPATCH(packed_q8_0, q8_0)
+SALVO_PACK_LEGACY_DISPATCH(packed_q4_0, q4_0)
+SALVO_PACK_LEGACY_DISPATCH(packed_q4_1, q4_1)
+SALVO_PACK_LEGACY_DISPATCH(packed_q5_0, q5_0)
+SALVO_PACK_LEGACY_DISPATCH(packed_q8_0, q8_0)
 
 #undef SALVO_PACK_KQUANT_DISPATCH
+#undef SALVO_PACK_LEGACY_DISPATCH
+#undef SALVO_PACK_DISPATCH8
 #undef SALVO_PACK_DISPATCH
 
 }  // namespace
