@@ -402,37 +402,40 @@ SALVO_PACK_INLINE void legacy(int64_t n_in, const void* group, const void* acts,
   for (int r = 0; r < R; ++r) _mm256_storeu_ps(out + r * kPackRows, acc[r]);
 }
 
-template <int R>
-SALVO_PACK_INLINE void q4_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
-  legacy<PackedQ4_0, BlockQ8_0, R>(n, g, a, s, out);
-}
-template <int R>
-SALVO_PACK_INLINE void q4_1(int64_t n, const void* g, const void* a, size_t s, float* out) {
-  legacy<PackedQ4_1, BlockQ8_1, R>(n, g, a, s, out);
-}
-template <int R>
-SALVO_PACK_INLINE void q5_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
-  legacy<PackedQ5_0, BlockQ8_0, R>(n, g, a, s, out);
-}
-template <int R>
-SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, float* out) {
-  legacy<PackedQ8_0, BlockQ8_0, R>(n, g, a, s, out);
-}
-
-#define SALVO_PACK_DISPATCH(name, kernel)                                                    \
-  SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
-                              float* out) {                                                  \
-    switch (n_acts) {                                                                        \
-      case 1:                                                                                \
-        return kernel<1>(n, g, a, s, out);                                                   \
-      case 2:                                                                                \
-        return kernel<2>(n, g, a, s, out);                                                   \
-      case 3:                                                                                \
-        return kernel<3>(n, g, a, s, out);                                                   \
-      default:                                                                               \
-        return kernel<4>(n, g, a, s, out);                                                   \
-    }                                                                                        \
+// Each kernel as a type, so that one dispatch serves them all.
+struct Q4K {
+  template <int R>
+  SALVO_PACK_INLINE static void run(int64_t n, const void* g, const void* a, size_t s, float* out) {
+    q4k<R>(n, g, a, s, out);
   }
+};
+struct Q6K {
+  template <int R>
+  SALVO_PACK_INLINE static void run(int64_t n, const void* g, const void* a, size_t s, float* out) {
+    q6k<R>(n, g, a, s, out);
+  }
+};
+template <typename Packed, typename Act>
+struct Legacy {
+  template <int R>
+  SALVO_PACK_INLINE static void run(int64_t n, const void* g, const void* a, size_t s, float* out) {
+    legacy<Packed, Act, R>(n, g, a, s, out);
+  }
+};
+using Q4_0 = Legacy<PackedQ4_0, BlockQ8_0>;
+using Q4_1 = Legacy<PackedQ4_1, BlockQ8_1>;
+using Q5_0 = Legacy<PackedQ5_0, BlockQ8_0>;
+using Q8_0 = Legacy<PackedQ8_0, BlockQ8_0>;
+
+// K's kernel for min(n_acts, Max) rows (n_acts >= 1), as a chain of compares once inlined.
+template <class K, int Max>
+SALVO_PACK_INLINE void rows_upto(int64_t n, const void* g, const void* a, size_t s, int n_acts,
+                                 float* out) {
+  if constexpr (Max > 1) {
+    if (n_acts < Max) return rows_upto<K, Max - 1>(n, g, a, s, n_acts, out);
+  }
+  K::template run<Max>(n, g, a, s, out);
+}
 
 // Rows per call. With VNNI (32 vector registers) every format takes eight and every count has
 // its own kernel: a tree's 5-7 rows cost their share instead of a four-row call plus a whole
@@ -444,60 +447,32 @@ SALVO_PACK_INLINE void q8_0(int64_t n, const void* g, const void* a, size_t s, f
 // (8-9% faster at 8 and 16 rows), and five to seven rows run as four and the rest; the legacy
 // kernels take four (they spill at eight, 2x slower).
 #ifdef SALVO_PACK_VNNI
-#define SALVO_PACK_DISPATCH8(name, kernel)                                                   \
-  SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
-                              float* out) {                                                  \
-    switch (n_acts) {                                                                        \
-      case 1:                                                                                \
-        return kernel<1>(n, g, a, s, out);                                                   \
-      case 2:                                                                                \
-        return kernel<2>(n, g, a, s, out);                                                   \
-      case 3:                                                                                \
-        return kernel<3>(n, g, a, s, out);                                                   \
-      case 4:                                                                                \
-        return kernel<4>(n, g, a, s, out);                                                   \
-      case 5:                                                                                \
-        return kernel<5>(n, g, a, s, out);                                                   \
-      case 6:                                                                                \
-        return kernel<6>(n, g, a, s, out);                                                   \
-      case 7:                                                                                \
-        return kernel<7>(n, g, a, s, out);                                                   \
-      default:                                                                               \
-        return kernel<8>(n, g, a, s, out);                                                   \
-    }                                                                                        \
-  }
 constexpr int kKQuantRows = 8, kLegacyRows = 8;
-#define SALVO_PACK_KQUANT_DISPATCH SALVO_PACK_DISPATCH8
-#define SALVO_PACK_LEGACY_DISPATCH SALVO_PACK_DISPATCH8
+template <class K>
+SALVO_PACK_KERNEL void packed_kquant(int64_t n, const void* g, const void* a, size_t s, int n_acts,
+                                     float* out) {
+  rows_upto<K, 8>(n, g, a, s, n_acts, out);
+}
 #else
 constexpr int kKQuantRows = 8, kLegacyRows = 4;
-#define SALVO_PACK_KQUANT_DISPATCH(name, kernel)                                             \
-  SALVO_PACK_DISPATCH(name##_upto4, kernel)                                                  \
-  SALVO_PACK_KERNEL void name(int64_t n, const void* g, const void* a, size_t s, int n_acts, \
-                              float* out) {                                                  \
-    if (n_acts == 8) return kernel<8>(n, g, a, s, out);                                      \
-    if (n_acts > 4) {                                                                        \
-      name##_upto4(n, g, a, s, 4, out);                                                      \
-      a = static_cast<const uint8_t*>(a) + 4 * s;                                            \
-      out += 4 * kPackRows;                                                                  \
-      n_acts -= 4;                                                                           \
-    }                                                                                        \
-    name##_upto4(n, g, a, s, n_acts, out);                                                   \
+template <class K>
+SALVO_PACK_KERNEL void packed_kquant(int64_t n, const void* g, const void* a, size_t s, int n_acts,
+                                     float* out) {
+  if (n_acts == 8) return K::template run<8>(n, g, a, s, out);
+  if (n_acts > 4) {
+    rows_upto<K, 4>(n, g, a, s, 4, out);
+    a = static_cast<const uint8_t*>(a) + 4 * s;
+    out += 4 * kPackRows;
+    n_acts -= 4;
   }
-#define SALVO_PACK_LEGACY_DISPATCH SALVO_PACK_DISPATCH
+  rows_upto<K, 4>(n, g, a, s, n_acts, out);
+}
 #endif
-
-SALVO_PACK_KQUANT_DISPATCH(packed_q4k, q4k)
-SALVO_PACK_KQUANT_DISPATCH(packed_q6k, q6k)
-SALVO_PACK_LEGACY_DISPATCH(packed_q4_0, q4_0)
-SALVO_PACK_LEGACY_DISPATCH(packed_q4_1, q4_1)
-SALVO_PACK_LEGACY_DISPATCH(packed_q5_0, q5_0)
-SALVO_PACK_LEGACY_DISPATCH(packed_q8_0, q8_0)
-
-#undef SALVO_PACK_KQUANT_DISPATCH
-#undef SALVO_PACK_LEGACY_DISPATCH
-#undef SALVO_PACK_DISPATCH8
-#undef SALVO_PACK_DISPATCH
+template <class K>
+SALVO_PACK_KERNEL void packed_legacy(int64_t n, const void* g, const void* a, size_t s, int n_acts,
+                                     float* out) {
+  rows_upto<K, kLegacyRows>(n, g, a, s, n_acts, out);
+}
 
 }  // namespace
 
@@ -507,12 +482,12 @@ void SALVO_PACK_FILL(CpuKernels& k) {
     k.packed[static_cast<int>(kind)] = kernel;
     k.packed_rows[static_cast<int>(kind)] = rows;
   };
-  set(WeightKind::kQ4_K, packed_q4k, kKQuantRows);
-  set(WeightKind::kQ6_K, packed_q6k, kKQuantRows);
-  set(WeightKind::kQ4_0, packed_q4_0, kLegacyRows);
-  set(WeightKind::kQ4_1, packed_q4_1, kLegacyRows);
-  set(WeightKind::kQ5_0, packed_q5_0, kLegacyRows);
-  set(WeightKind::kQ8_0, packed_q8_0, kLegacyRows);
+  set(WeightKind::kQ4_K, packed_kquant<Q4K>, kKQuantRows);
+  set(WeightKind::kQ6_K, packed_kquant<Q6K>, kKQuantRows);
+  set(WeightKind::kQ4_0, packed_legacy<Q4_0>, kLegacyRows);
+  set(WeightKind::kQ4_1, packed_legacy<Q4_1>, kLegacyRows);
+  set(WeightKind::kQ5_0, packed_legacy<Q5_0>, kLegacyRows);
+  set(WeightKind::kQ8_0, packed_legacy<Q8_0>, kLegacyRows);
 }
 
 }  // namespace salvo::cpu
