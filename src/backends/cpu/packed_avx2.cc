@@ -192,8 +192,9 @@ constexpr int kQ6kPrefetchBlocks = 2;
 // sub-block and row. Lane k's int16 halves hold 32 * sc[2p][k] and 32 * sc[2p + 1][k] (|.| <=
 // 4096), from the scale bytes shuffled into the high byte of each int16 (zero low byte) and
 // shifted right arithmetically by 3. Exact: int32 sums of the same integers in another order.
-// kernels_bench Q6_K_1536x8960, 1 thread, VNNI (Zen 4): 1 / 4 / 8 rows 3.80k / 6.87k / 6.76k
-// -> 3.93k / 7.45k / 7.48k rows/s.
+// kernels_bench, 1 thread, VNNI (Zen 4), alternated runs, medians: Q6_K_1536x8960 1 / 4 / 8
+// rows 3.79k / 6.90k / 6.80k -> 3.90k / 7.32k / 7.35k rows/s; 151936x1536 (an LM head) 4 / 8
+// rows 363 / 347 -> 448 / 400.
 template <int R>
 SALVO_PACK_INLINE void q6k_sub_offsets(const PackedQ6K& blk, const BlockQ8_K* const* a, int64_t b,
                                        __m256i* sumi) {
