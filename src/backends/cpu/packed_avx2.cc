@@ -447,13 +447,16 @@ SALVO_PACK_INLINE void rows_upto(int64_t n, const void* g, const void* a, size_t
 // On AVX2 the k-quants take eight, where the int16 sub-block sums leave the registers for it
 // (8-9% faster at 8 and 16 rows), and five to seven rows run as four and the rest; the legacy
 // kernels take four (they spill at eight, 2x slower).
+// The exported kernel of K for up to Max rows a call.
+template <class K, int Max>
+SALVO_PACK_KERNEL void packed_upto(int64_t n, const void* g, const void* a, size_t s, int n_acts,
+                                   float* out) {
+  rows_upto<K, Max>(n, g, a, s, n_acts, out);
+}
 #ifdef SALVO_PACK_VNNI
 constexpr int kKQuantRows = 8, kLegacyRows = 8;
 template <class K>
-SALVO_PACK_KERNEL void packed_kquant(int64_t n, const void* g, const void* a, size_t s, int n_acts,
-                                     float* out) {
-  rows_upto<K, 8>(n, g, a, s, n_acts, out);
-}
+constexpr PackedGroupFn packed_kquant = packed_upto<K, kKQuantRows>;
 #else
 constexpr int kKQuantRows = 8, kLegacyRows = 4;
 template <class K>
@@ -470,10 +473,7 @@ SALVO_PACK_KERNEL void packed_kquant(int64_t n, const void* g, const void* a, si
 }
 #endif
 template <class K>
-SALVO_PACK_KERNEL void packed_legacy(int64_t n, const void* g, const void* a, size_t s, int n_acts,
-                                     float* out) {
-  rows_upto<K, kLegacyRows>(n, g, a, s, n_acts, out);
-}
+constexpr PackedGroupFn packed_legacy = packed_upto<K, kLegacyRows>;
 
 }  // namespace
 
