@@ -297,6 +297,47 @@ class FeatureStore:
         return self.flat[at]
 
 
+class StepProfiler:
+    """--profile-steps: torch.profiler over `steps` drafter steps after `skip` (warm caches, a
+    settled allocator), its table of kernels and ops by device time written to the log: where a
+    step's time goes decides what to make faster (session 44: the drafter's training steps, ~74 ms
+    each on the H200, had never been broken down). A failure is logged and never stops the run."""
+
+    def __init__(self, steps, skip=30):
+        from torch.profiler import ProfilerActivity, profile, schedule
+        acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+        self.prof = profile(activities=acts, schedule=schedule(wait=skip, warmup=3, active=steps, repeat=1),
+                            on_trace_ready=self.report)
+        self.prof.start()
+        self.steps, self.n, self.last = steps, 0, skip + 3 + steps
+
+    def report(self, prof):
+        try:
+            ka = prof.key_averages()
+            for key in ("self_device_time_total", "self_cuda_time_total", "self_cpu_time_total"):
+                try:
+                    table = ka.table(sort_by=key, row_limit=40)
+                    break
+                except Exception:  # older and newer torch name the device column differently
+                    continue
+            log(f"profile of {self.steps} drafter steps, sorted by {key}:\n{table}")
+        except Exception as e:
+            log(f"profile failed: {e!r}")
+
+    def step(self):
+        if self.prof is None:
+            return
+        try:
+            self.prof.step()
+            self.n += 1
+            if self.n >= self.last:
+                self.prof.stop()
+                self.prof = None
+        except Exception as e:
+            log(f"profile failed: {e!r}")
+            self.prof = None
+
+
 def shards_of(tr, seqs, n_feat, feature_gb, rng):
     """The training indices in shards whose packed features fit in feature_gb (one shard when all fit)."""
     total = sum(len(seqs[i]) for i in tr) * n_feat * 2 / 1e9
@@ -336,7 +377,7 @@ def block_loss(y, lm_head, ids, lens, anchors, B, weights, adapt=None, embd=None
 
 
 def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_every, rng, max_minutes=0, warmup=100,
-                ranks=None, steps_per_shard=None, shards_once=False):
+                ranks=None, steps_per_shard=None, shards_once=False, on_step=None):
     """`passes` passes over the training sequences (a pass draws every sequence once, in random
     order, shard by shard), AdamW with a cosine schedule over the planned steps. max_minutes
     (0 = none) caps the time spent stepping; the schedule then follows the elapsed fraction so the
@@ -345,7 +386,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     schedule's fraction every step. shards_once: each shard's features are computed once and it
     takes its share of the schedule in a row (its passes one after another) instead of the shards
     taking turns every pass, which recomputes every shard's features every pass (~75 s a shard
-    for the 1.5B). Returns curve, steps, step seconds, feature seconds, epochs."""
+    for the 1.5B). on_step (optional) is called after every step. Returns curve, steps, step seconds,
+    feature seconds, epochs."""
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
     per_shard = steps_per_shard or [max(1, len(s) // batch) for s in shards]
     total = max(1, round(passes * sum(per_shard)))
@@ -379,6 +421,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
                 ranks.average_grads(params)
             torch.nn.utils.clip_grad_norm_(params, 1.0)
             opt.step()
+            if on_step:
+                on_step()
             if step % log_every == 0:
                 curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
                               "lr": cur, "s": round(time.time() - t0, 1)})
@@ -447,6 +491,8 @@ def main():
     ap.add_argument("--grow", action="store_true",
                     help="with --init: --target-layers may add layers to the old ones and --n-layer add layers after "
                          "the old ones; the grown drafter starts as the old one's function")
+    ap.add_argument("--profile-steps", type=int, default=0,
+                    help="torch.profiler over this many drafter steps (after 33), its table in the log")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     ranks = Ranks(args.device)
@@ -582,10 +628,12 @@ def main():
             return block_loss(y, lm_head, ids, L, anchors, B, weights)
 
     params = [p for p in d.p.values()]
+    prof = StepProfiler(args.profile_steps) if args.profile_steps > 0 else None
     curve, steps, secs, fsecs, epochs = train_phase("drafter", params, args.passes, args.lr, store, shards, args.batch,
                                                     drafter_step, 50, grng, args.minutes, ranks=ranks,
                                                     steps_per_shard=steps_per_shard,
-                                                    shards_once=not args.shards_per_pass)
+                                                    shards_once=not args.shards_per_pass,
+                                                    on_step=prof.step if prof else None)
     log(f"drafter: {steps} steps, {epochs:.2f} epochs, {secs:.0f}s (+{fsecs:.0f}s features)")
     for p in params:
         p.requires_grad_(False)
