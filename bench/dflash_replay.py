@@ -251,20 +251,25 @@ WIDE_CANDIDATES = 16
 ADAPTER_TOP_K = 8
 
 
-def below_vocab(toks, lps, ad, n_vocab):
+def below_vocab(toks, lps, ad, n_vocab, ranks=None):
     """The candidates a drafter whose head stops at n_vocab ids would have had (--spec-vocab, 65536
     by default): each depth's ids >= n_vocab are dropped, the rest move up (the slots left at the
     end are empty), and the adapter's scores follow their parents and candidates. The logprobs
     keep the whole vocabulary's normalisation (the head over a prefix renormalises by the mass
     it holds, mostly close to 1 for a BPE vocabulary whose common tokens come first)."""
     n, D, K = toks.shape
+    allowed = None
+    if ranks is not None:  # the n_vocab best-ranked ids instead of the ids below n_vocab
+        allowed = np.zeros(max(int(ranks.max()), int(toks.max())) + 1, dtype=bool)
+        allowed[ranks[:n_vocab]] = True
     t2 = np.full_like(toks, -1)
     l2 = np.full_like(lps, -1e30)
     a2 = np.zeros_like(ad)
     for i in range(n):
         kept_above = [0]  # the root's index in the adapter's parent axis
         for d in range(D):
-            kept = [j for j in range(K) if 0 <= toks[i, d, j] < n_vocab]
+            kept = [j for j in range(K) if 0 <= toks[i, d, j] and
+                    (allowed[toks[i, d, j]] if allowed is not None else toks[i, d, j] < n_vocab)]
             t2[i, d, :len(kept)] = toks[i, d, kept]
             l2[i, d, :len(kept)] = lps[i, d, kept]
             parents = kept_above if d > 0 else list(range(K))
@@ -288,7 +293,8 @@ def cmd_replay(args):
         per_cat = {}
         small = args.vocab > 0 or (args.vocab < 0 and budget < LARGE_TREE)
         if small and frequent is None:
-            frequent = below_vocab(*whole, args.vocab if args.vocab > 0 else FREQUENT_IDS)
+            ranks = np.load(args.ranks) if args.ranks else None
+            frequent = below_vocab(*whole, args.vocab if args.vocab > 0 else FREQUENT_IDS, ranks)
         toks, lps, ad = frequent if small else whole
         for ti, (prompt, answer, r) in enumerate(texts):
             if args.only and (ti >= len(cats) or cats[ti] not in args.only):
@@ -369,6 +375,8 @@ def main():
     r.add_argument("--vocab", type=int, default=0,
                    help="the draft vocabulary: ids below N (--spec-vocab N), 0 every id (as "
                    "dumped), -1 the engine's default (65536 under 48 nodes, then every id)")
+    r.add_argument("--ranks", help=".npy of token ids, most frequent first: --vocab N keeps the "
+                   "first N of them instead of the ids below N (a ranked draft vocabulary)")
     args = ap.parse_args()
     {"sequences": cmd_sequences, "replay": cmd_replay, "check": cmd_check,
      "orders": cmd_orders}[args.cmd](args)

@@ -45,8 +45,12 @@ bool wide_candidates_enabled() {
 
 }  // namespace
 
-std::pair<int32_t, int32_t> DflashDrafter::vocabularies(int32_t n_vocab, int32_t vocab) {
-  if (vocab == SpecOptions::kVocabByTree) return {std::min(n_vocab, kFrequentIds), n_vocab};
+std::pair<int32_t, int32_t> DflashDrafter::vocabularies(int32_t n_vocab, int32_t vocab,
+                                                        int32_t ranked_rows) {
+  if (vocab == SpecOptions::kVocabByTree) {
+    if (ranked_rows > 0) return {std::min(ranked_rows, kRankedSmallTree), ranked_rows};
+    return {std::min(n_vocab, kFrequentIds), n_vocab};
+  }
   const int32_t ids = vocab > 0 ? std::min(n_vocab, vocab) : n_vocab;
   return {ids, ids};
 }

@@ -18,6 +18,7 @@
 #include "quant/quantize.h"
 #include "quant/types.h"
 #include "speculative/dflash_runner.h"
+#include "speculative/draft_vocab.h"
 #include "util/check.h"
 
 namespace salvo {
@@ -336,6 +337,15 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     m->adapter_b_ = matrix("adapter.b.weight", c.n_embd, c.adapter_hidden, false);
   }
   if (!load.status().ok()) return load.status().with_context(weights_path);
+  // Checked wherever the drafter runs; only the CPU forward drafts from a ranked head so far
+  // (a device runner keeps the lowest ids: DflashRunner::ranked_rows).
+  SALVO_ASSIGN_OR_RETURN(std::vector<int32_t> ranked,
+                         read_token_ranks(dir + "/token_ranks.safetensors", t.n_vocab,
+                                          std::min<int32_t>(t.n_vocab, kRankedHeadRows)));
+  if (!ranked.empty() && m->has_cpu_forward()) {
+    m->head_ids_ = std::move(ranked);
+    m->ranked_head_ = gather_head_rows(*m->lm_head_, m->head_ids_, m->packed_storage_);
+  }
   return m;
 }
 
@@ -519,7 +529,8 @@ void DflashModel::draft_block(ThreadPool& pool, DflashState& s, int32_t root, in
   s.y.resize(s.x.size());
   ops::rms_norm(s.x.data() + c.n_embd, output_norm_.data(), s.y.data() + c.n_embd, depth, c.n_embd,
                 c.rms_eps);
-  WeightView head = *lm_head_;  // its first head_rows rows: ids below head_rows
+  // Its first head_rows rows: the best-ranked ids, or the ids below head_rows.
+  WeightView head = uses_ranked_head(head_rows) ? ranked_head_ : *lm_head_;
   if (head_rows > 0) head.n_out = std::min(head.n_out, head_rows);
   logits.resize(static_cast<size_t>(depth) * head.n_out);
   matmul(pool, head, s.y.data() + c.n_embd, depth, logits.data(), s.matmul);

@@ -11,7 +11,8 @@
 // rescores depth j's candidates given the previous token:
 // u = y_j + b silu(a_h y_j + a_e E(prev)), score(c) = lm_head_row(c) . u.
 //
-// Files: <dir>/config.json and <dir>/model.safetensors. Matrices are F32/F16/BF16 or I8 with a
+// Files: <dir>/config.json and <dir>/model.safetensors, and optionally the draft vocabulary's
+// <dir>/token_ranks.safetensors (draft_vocab.h). Matrices are F32/F16/BF16 or I8 with a
 // per-row F32 `<name>.scale`; I8 ones become F16 (q * scale) at load, the rest and the
 // adapter's F32.
 // The weights are shared by every sequence; each sequence keeps its own DflashState.
@@ -84,6 +85,10 @@ struct DflashLayer {
 
 class DflashModel {
  public:
+  // Rows of a ranked LM head (draft_vocab.h): the 65536 best-ranked ids of Qwen2.5 are as good
+  // as all 151,936 for every tree budget replayed, at 43% of the head's bytes.
+  static constexpr int32_t kRankedHeadRows = 65536;
+
   // Loads <dir>/config.json and <dir>/model.safetensors and checks them against `target`
   // (hidden size, vocabulary, layer count and indices, architecture); `target` must outlive it.
   // A target on another backend exposes no host embedding or LM head: the drafter then runs
@@ -125,8 +130,17 @@ class DflashModel {
   // their K/V); the last one needs only the K/V of the others, so its queries, attention, output
   // projection and FFN run on rows 1..depth alone. The rows computed give the same bits as a
   // pass of the same block to its last depth (the matmuls are row-invariant).
+  // With a ranked head (head_ids()) and 0 < head_rows <= its rows, the logits are those of its
+  // first head_rows rows: ids head_ids()[0..head_rows) (head_row_ids says which applies).
   void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
                    std::vector<float>& logits, int64_t head_rows = 0) const;
+  // The ids of the ranked head's rows, most frequent first (draft_vocab.h): the drafter
+  // directory's token_ranks.safetensors, for a drafter on the CPU; empty without one.
+  std::span<const int32_t> head_ids() const { return head_ids_; }
+  // What logit column i of a draft_block(..., head_rows) pass is: head_ids()[i], or i (null).
+  const int32_t* head_row_ids(int64_t head_rows) const {
+    return uses_ranked_head(head_rows) ? head_ids_.data() : nullptr;
+  }
   // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`
   // ([n_embd]) given the previous token on the branch; `scores` gets one value per candidate.
   void adapter_scores(const float* y_j, int32_t prev, std::span<const int32_t> candidates,
@@ -142,6 +156,9 @@ class DflashModel {
   void rope_heads(float* x, const int32_t* positions, int64_t n, int n_heads) const;
   // w (F16) as Q8_0 rows, packed: the int8 kernels the target's own matrices use.
   WeightView q8_copy(const WeightView& w);
+  bool uses_ranked_head(int64_t head_rows) const {
+    return head_rows > 0 && head_rows <= static_cast<int64_t>(head_ids_.size());
+  }
 
   DflashConfig config_;
   std::string dir_;
@@ -155,6 +172,8 @@ class DflashModel {
   std::vector<float> hidden_norm_, mask_embd_, output_norm_;
   std::vector<DflashLayer> layers_;
   WeightView adapter_a_h_, adapter_a_e_, adapter_b_;
+  std::vector<int32_t> head_ids_;  // the ranked head's rows (kRankedHeadRows at most)
+  WeightView ranked_head_;         // the target's LM head rows head_ids_, packed
   std::shared_ptr<const DflashDevice> device_;
 };
 

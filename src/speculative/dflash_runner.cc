@@ -13,14 +13,19 @@ class CpuDflashRunner : public DflashRunner {
     return model_.observe(pool_, state_, first, n, features);
   }
   int max_width() const override { return 1 << 20; }
+  int32_t ranked_rows() const override { return static_cast<int32_t>(model_.head_ids().size()); }
   void draft(int32_t root, int depth, int width, int32_t n_tokens,
              std::vector<Candidates>& depths) override {
     model_.draft_block(pool_, state_, root, depth, logits_, n_tokens);
     const int32_t n_vocab = static_cast<int32_t>(logits_.size() / depth);
+    const int32_t* ids = model_.head_row_ids(n_tokens);  // column -> id; null: the same
     depths.resize(depth);
     for (int d = 0; d < depth; ++d) {
       depths[d] = top_candidates(logits_.data() + static_cast<size_t>(d) * n_vocab, n_vocab,
                                  n_tokens, width);
+      if (ids != nullptr) {
+        for (int32_t& t : depths[d].tokens) t = ids[t];
+      }
     }
   }
   void adapter_scores(int depth, int32_t prev, std::span<const int32_t> candidates,

@@ -28,9 +28,13 @@ class DflashRunner {
   virtual Status observe(int32_t first, int32_t n, const float* features) = 0;
   // The most candidates per depth draft() gives.
   virtual int max_width() const = 0;
+  // Rows of the ranked LM head this runner drafts from (DflashModel::head_ids): n_tokens up to
+  // this many mean the n_tokens best-ranked ids; 0 (no ranked head): the ids below n_tokens.
+  virtual int32_t ranked_rows() const { return 0; }
   // One draft pass for `root` at position n_positions(). depths[d] gets the `width` most likely
-  // ids below n_tokens for depth d + 1 (d < depth <= B - 1), best first, with their
-  // log-probabilities (log-softmax over the whole vocabulary); ties go to the lower id.
+  // of the n_tokens ids drafted from (ranked_rows) for depth d + 1 (d < depth <= B - 1), best
+  // first, with their log-probabilities (log-softmax over those ids); ties go to the lower id
+  // (the better rank).
   virtual void draft(int32_t root, int depth, int width, int32_t n_tokens,
                      std::vector<Candidates>& depths) = 0;
   // After draft(), with an adapter: its logits of `candidates` (a prefix of depths[depth - 1])

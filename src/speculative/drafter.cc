@@ -190,7 +190,8 @@ namespace {
 Expected<std::unique_ptr<Drafter>> make_dflash_drafter(const DrafterResources& r) {
   SALVO_ASSIGN_OR_RETURN(std::unique_ptr<DflashRunner> runner,
                          new_dflash_runner(*r.dflash, *r.pool));
-  const auto [small, large] = DflashDrafter::vocabularies(r.n_vocab, r.dflash_vocab);
+  const auto [small, large] =
+      DflashDrafter::vocabularies(r.n_vocab, r.dflash_vocab, runner->ranked_rows());
   return std::unique_ptr<Drafter>(
       std::make_unique<DflashDrafter>(*r.dflash, std::move(runner), large, r.tree, small));
 }

@@ -68,7 +68,9 @@ struct SpecOptions {
   // passes dwarf the head's extra rows. Byte-level BPE ids follow merge order, so the low ids
   // are the frequent tokens: ids below 65536 are 97.7% of Qwen2.5's tokens on code and 97.5%
   // on prose (measured on Python stdlib sources and /usr/share/doc); a rarer token is simply
-  // never drafted.
+  // never drafted. A drafter that ships token ranks (draft_vocab.h) drafts its best-ranked ids
+  // instead: N <= 65536 the N best-ranked, kVocabByTree 32768 of them for small trees and 65536
+  // for large ones (on the CPU; a device drafter keeps the lowest ids).
   static constexpr int32_t kVocabByTree = -1;
   int32_t vocab = kVocabByTree;
 

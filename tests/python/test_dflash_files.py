@@ -201,3 +201,35 @@ def test_drafter_files(name):
     pre = yb @ W["adapter.a_h.weight"].T + emb[1:] @ W["adapter.a_e.weight"].T
     u = yb + (pre / (1 + np.exp(-pre))) @ W["adapter.b.weight"].T
     close(u @ head.T, ref["adapter_logits"], f"{name} adapter logits")
+
+
+# Drafters that ship a draft vocabulary (src/speculative/draft_vocab.h) and the data it was
+# counted from: the 1.5B's own continuations, shipped beside it. The 0.5B ships the same ranks
+# (the same tokenizer; its own continuations are not kept).
+RANKS_FROM = {"qwen2.5-coder-1.5b": ("qwen2.5-coder-1.5b", ["generated.json.gz", "generated_s41.json.gz"]),
+              "qwen2.5-coder-0.5b": ("qwen2.5-coder-1.5b", ["generated.json.gz", "generated_s41.json.gz"])}
+
+
+@pytest.mark.parametrize("name", sorted(RANKS_FROM))
+def test_token_ranks_are_the_generated_ids_by_count(name):
+    """token_ranks.safetensors: one I32 tensor of distinct in-vocabulary ids, and exactly the ids
+    of the recorded continuations ordered by count (ties: lower id), counted here with NumPy."""
+    import gzip
+    path = DRAFTERS / name / "token_ranks.safetensors"
+    if not path.exists():
+        pytest.fail(f"{path} is missing")
+    tensors = read_safetensors(path)
+    assert list(tensors) == ["ids"]
+    dt, ids = tensors["ids"]
+    assert dt == "I32" and ids.ndim == 1
+    n_vocab = json.loads((DRAFTERS / name / "config.json").read_text())["target"]["n_vocab"]
+    assert ids.min() >= 0 and ids.max() < n_vocab
+    assert np.unique(ids).size == ids.size
+    src, files = RANKS_FROM[name]
+    tokens = np.concatenate([np.asarray(p["gen"], dtype=np.int64)
+                             for f in files
+                             for p in json.load(gzip.open(DRAFTERS / src / f, "rt"))["prompts"] if p.get("gen")])
+    counts = np.bincount(tokens, minlength=n_vocab)
+    seen = np.flatnonzero(counts)
+    expected = seen[np.lexsort((seen, -counts[seen]))]
+    np.testing.assert_array_equal(ids, expected)

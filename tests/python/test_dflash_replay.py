@@ -143,3 +143,9 @@ def test_a_smaller_draft_vocabulary_drops_the_rare_ids():
     # Depth 1's parent is the root; depth 2's kept parents were candidates 0, 2 and 3 of depth 1.
     assert a[0, 0, 0, :3].tolist() == [ad[0, 0, 0, 0], ad[0, 0, 0, 2], ad[0, 0, 0, 3]]
     assert a[0, 1, :3, :2].tolist() == ad[0, 1][[0, 2, 3]][:, [1, 2]].tolist()
+    # With ranks (--ranks: a ranked draft vocabulary), the N best-ranked ids are kept instead.
+    ranks = np.array([70000, 9, 3, 80000, 5], dtype=np.int64)
+    t, lp, a = dflash_replay.below_vocab(toks, lps, ad, 4, ranks)
+    assert t.tolist() == [[[70000, 9, -1, -1], [80000, 3, -1, -1]]]
+    assert lp[0, 0, :2].tolist() == [-2, -4] and lp[0, 1, :2].tolist() == [-1, -2]
+    assert a[0, 1, :2, :2].tolist() == ad[0, 1][[1, 3]][:, [0, 1]].tolist()

@@ -10,7 +10,7 @@
 #   bash .gpu/df/dev.sh              # collect pieces, start what can start, report, export finished runs
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
 #   bash .gpu/df/dev.sh bench [REPS] / trace [DIR]  # bench_spec / a SALVO_SPEC_TRACE run (below)
-# Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json,
+# Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json, token_ranks.safetensors,
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
 # pieces <s|q|p>_model.NN, 3 a call (cat them), then the run's generated.json.gz as <s|q|p>_gen.NN.
 # Only on the GPU machine: run here, the preamble moves .gpu's pieces into /root and may start a
@@ -158,7 +158,7 @@ export_out() { # name tag
   if [ ! -d $P ]; then
     echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
     [ -f $W/out_$1/train_log.json ] || { touch $W/$1.exported; return; }
-    mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json &&
+    mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json $(ls token_ranks.safetensors 2>/dev/null) &&
       cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model. &&
       { [ ! -f generated.json.gz ] || [ -f $W/$1.gen_exported ] || split -b 15M -d generated.json.gz $P/$2_gen.; })
     return

@@ -27,6 +27,7 @@ import grow as grow_mod  # noqa: E402
 from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
 from evaluate import evaluate  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
+from token_ranks import token_ranks, write_token_ranks  # noqa: E402
 
 
 RANK_TAG = ""  # " rank N" on ranks other than 0 of a torchrun
@@ -686,6 +687,9 @@ def main():
 
     from safetensors.numpy import save_file
     save_file(ship, os.path.join(args.out, "model.safetensors"))
+    # The draft vocabulary (salvo's CPU drafter computes its head over the best-ranked ids):
+    # the target's own continuations of the training prompts.
+    write_token_ranks(args.out, token_ranks([seqs[i][plens[i]:] for i in tr]))
     json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=2)
 
     # reference.safetensors: a held-out context, its features, and float32 logits.

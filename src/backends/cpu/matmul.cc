@@ -183,7 +183,8 @@ const CpuKernels* cpu_kernels_for(const char* path) {
 
 void matmul_with(const CpuKernels& kernels, ThreadPool& pool, const WeightView& w, const float* x,
                  int64_t n_rows, float* y, MatmulScratch& scratch) {
-  SALVO_CHECK(w.data != nullptr && w.n_out > 0 && w.n_in > 0 && n_rows >= 0);
+  SALVO_CHECK((w.data != nullptr || w.packed != nullptr) && w.n_out > 0 && w.n_in > 0 &&
+              n_rows >= 0);
   if (n_rows == 0) return;
   const DotFn dot = kernels.dot[static_cast<int>(weight_kind(w.type))];
   SALVO_CHECK(dot != nullptr);

@@ -23,7 +23,7 @@ struct WeightView {
   int64_t n_in = 0;
   // The same matrix repacked at load (backends/cpu/packed.h), or null. Matmul uses it for
   // every batch size when set; `data` stays valid for row lookups (embeddings) and other
-  // backends.
+  // backends, or is null where nothing looks rows up (a DFlash drafter's ranked head).
   const void* packed = nullptr;
 };
 
