@@ -295,9 +295,15 @@ DraftSize SpecPolicy::explore_budgets(DraftSize best, int max_budget, int max_de
   // trees made 2.8 tokens a pass against 3.26 for the fixed 7-node tree, 1.45x plain against
   // 1.54x: budgets not chosen lately were priced from a prior that kept them unchosen.)
   const double chosen_ms = pass_ms(1 + best.budget) + draft_cost(std::min(best.budget, max_depth));
+  // Where every row adds to a pass (a CPU), the next budget up: the widest within twice the
+  // time costs ~2x the chosen pass there, so at kExploreShare it came every ~100 drafted passes,
+  // never within an answer, and a budget that one unlucky early pass priced low stayed unchosen
+  // (session 45, fresh processes: 2-node trees for a whole math answer where the fixed 3-node
+  // tree took 40 passes against 52). One node more costs ~10% and is tried every ~10 passes.
+  const int most = costs_.flat_beyond_widest ? max_budget : std::min(max_budget, best.budget + 1);
   int widest = best.budget;
   double widest_ms = chosen_ms;
-  for (int n = best.budget + 1; n <= max_budget; ++n) {
+  for (int n = best.budget + 1; n <= most; ++n) {
     const double ms = pass_ms(1 + n) + draft_cost(std::min(n, max_depth));
     if (ms > 2 * chosen_ms) break;
     widest = n, widest_ms = ms;
@@ -433,13 +439,16 @@ void SpecPolicy::record(const PassRecord& measured) {
   // time is replaced by the steady-state estimate (nothing, before one exists).
   double draft_ms = pass.draft_ms;
   if (after_plain) {
-    // Without a steady-state estimate yet, this pass says nothing about the rate: drafting
-    // continues for one more pass, which measures it.
+    // Without a steady-state estimate yet, this pass's time says nothing about the rate:
+    // drafting continues for one more pass, which measures it, and this one joins the episode's
+    // accounts then (its tokens at that estimate).
     if (!draft_measured() && pass.draft_ms > 0) {
       first_draft_ms_ = pass.draft_ms;
       first_depth_ = pass.tree_depth;
       first_missed_ = missed;
       first_warmup_ = pass.warmup;
+      first_pass_ms_ = pass.pass_ms;
+      first_tokens_ = pass.tokens_emitted;
       return;
     }
     draft_ms = draft_cost(pass.tree_depth);
@@ -457,6 +466,20 @@ void SpecPolicy::record(const PassRecord& measured) {
     // probe share allows, and --spec auto never probed again.)
     if (first_estimate && !first_warmup_) {
       add_catch_up(first_draft_ms_ - draft_cost(first_depth_), first_missed_);
+    }
+    // The first drafted pass's tokens are evidence like any other pass's: judged on this pass
+    // alone, one unlucky pass after a good one stopped drafting for ~60 plain passes (session
+    // 45, CPU, fresh processes: a 1-node pass accepted its node, the 2-node pass after it
+    // nothing; math-00 then took 82 passes for 128 tokens and grounded-02 68, where the fixed
+    // 3-node tree took 37 and 21).
+    if (first_estimate && drafting_ && budget_trees_) {
+      const double ms = first_pass_ms_ + draft_cost(first_depth_);
+      const double loss = ms - first_tokens_ * pass_ms(1);
+      episode_loss_ms_ += loss;
+      episode_worst_loss_ms_ = std::max(episode_worst_loss_ms_, loss);
+      ++episode_passes_;
+      episode_tokens_ += first_tokens_;
+      episode_ms_ += ms;
     }
   }
   if (pass.tree_depth > 0) {

@@ -252,6 +252,8 @@ class SpecPolicy {
   double first_draft_ms_ = 0;
   int first_depth_ = 0, first_missed_ = 0;
   bool first_warmup_ = false;        // ... and its target pass was a warm-up
+  double first_pass_ms_ = 0;         // ... its target pass's time
+  int first_tokens_ = 0;             // ... and the tokens it emitted
   double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
   int new_text_grace_ = 0;           // drafted passes of a new text not judged yet
 };
