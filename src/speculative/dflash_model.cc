@@ -337,13 +337,12 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
     m->adapter_b_ = matrix("adapter.b.weight", c.n_embd, c.adapter_hidden, false);
   }
   if (!load.status().ok()) return load.status().with_context(weights_path);
-  // Checked wherever the drafter runs; only the CPU forward drafts from a ranked head so far
-  // (a device runner keeps the lowest ids: DflashRunner::ranked_rows).
-  SALVO_ASSIGN_OR_RETURN(std::vector<int32_t> ranked,
+  // A device runner gathers its own copy of the rows (and may leave them: DflashRunner::
+  // ranked_rows says what a runner drafts from).
+  SALVO_ASSIGN_OR_RETURN(m->head_ids_,
                          read_token_ranks(dir + "/token_ranks.safetensors", t.n_vocab,
                                           std::min<int32_t>(t.n_vocab, kRankedHeadRows)));
-  if (!ranked.empty() && m->has_cpu_forward()) {
-    m->head_ids_ = std::move(ranked);
+  if (!m->head_ids_.empty() && m->has_cpu_forward()) {
     m->ranked_head_ = gather_head_rows(*m->lm_head_, m->head_ids_, m->packed_storage_);
   }
   return m;

@@ -135,7 +135,8 @@ class DflashModel {
   void draft_block(ThreadPool& pool, DflashState& state, int32_t root, int depth,
                    std::vector<float>& logits, int64_t head_rows = 0) const;
   // The ids of the ranked head's rows, most frequent first (draft_vocab.h): the drafter
-  // directory's token_ranks.safetensors, for a drafter on the CPU; empty without one.
+  // directory's token_ranks.safetensors; empty without one. The CPU forward drafts from those
+  // rows of the target's LM head (copied at load); a device runner makes its own copy.
   std::span<const int32_t> head_ids() const { return head_ids_; }
   // What logit column i of a draft_block(..., head_rows) pass is: head_ids()[i], or i (null).
   const int32_t* head_row_ids(int64_t head_rows) const {
@@ -157,7 +158,7 @@ class DflashModel {
   // w (F16) as Q8_0 rows, packed: the int8 kernels the target's own matrices use.
   WeightView q8_copy(const WeightView& w);
   bool uses_ranked_head(int64_t head_rows) const {
-    return head_rows > 0 && head_rows <= static_cast<int64_t>(head_ids_.size());
+    return head_rows > 0 && head_rows <= ranked_head_.n_out;
   }
 
   DflashConfig config_;
@@ -173,7 +174,7 @@ class DflashModel {
   std::vector<DflashLayer> layers_;
   WeightView adapter_a_h_, adapter_a_e_, adapter_b_;
   std::vector<int32_t> head_ids_;  // the ranked head's rows (kRankedHeadRows at most)
-  WeightView ranked_head_;         // the target's LM head rows head_ids_, packed
+  WeightView ranked_head_;         // the target's LM head rows head_ids_, packed (CPU forward)
   std::shared_ptr<const DflashDevice> device_;
 };
 

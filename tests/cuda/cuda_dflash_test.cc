@@ -593,6 +593,107 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
   }
 }
 
+// A drafter with token ranks (draft_vocab.h) and SALVO_DFLASH_CUDA_RANKED=1: the device runner
+// drafts from its copy of the head's best-ranked rows, as the CPU drafter does from its own, and
+// returns the ids (not the rows) of its candidates. The random drafter of the test above with a
+// shuffled half of the vocabulary as its ranks (the rest follow in id order).
+TEST_F(CudaDflashTest, RankedHeadMatchesCpuDrafter) {
+  namespace fs = std::filesystem;
+  int index = 0;
+  for (const std::string& path : models_) {
+    ++index;
+    SCOPED_TRACE(path);
+    auto models = cuda_test::load_cpu_and_gpu(path);
+    ASSERT_TRUE(models.ok()) << models.status().message();
+    Model& c_model = *models->cpu;
+    Model& g_model = *models->gpu;
+    const ModelConfig& tc = c_model.config();
+    const fs::path dir =
+        fs::temp_directory_path() / "salvo_drafters" / (fs::path(path).stem().string() + ".ranked");
+    write_random_drafter(dir.string(), tc, 1234);
+    std::vector<int32_t> listed(tc.n_vocab);
+    for (int32_t i = 0; i < tc.n_vocab; ++i) listed[i] = i;
+    std::shuffle(listed.begin(), listed.end(), std::mt19937(5));
+    listed.resize(listed.size() / 2);
+    {
+      const std::string header = "{\"ids\": {\"dtype\": \"I32\", \"shape\": [" +
+                                 std::to_string(listed.size()) + "], \"data_offsets\": [0, " +
+                                 std::to_string(listed.size() * 4) + "]}}";
+      const uint64_t n = header.size();
+      std::ofstream out(dir / "token_ranks.safetensors", std::ios::binary);
+      out.write(reinterpret_cast<const char*>(&n), 8);
+      out.write(header.data(), static_cast<std::streamsize>(header.size()));
+      out.write(reinterpret_cast<const char*>(listed.data()),
+                static_cast<std::streamsize>(listed.size() * 4));
+    }
+    ThreadPool pool(8);
+    const bool q6k = cuda::dflash_half_layers();  // as DeviceRunnerMatchesCpuDrafter says
+    if (q6k) setenv("SALVO_DFLASH_Q6K", "1", 1);
+    setenv("SALVO_DFLASH_F16", "1", 1);
+    auto c_drafter = DflashModel::load(dir.string(), c_model);
+    unsetenv("SALVO_DFLASH_F16");
+    ASSERT_TRUE(c_drafter.ok()) << c_drafter.status().message();
+    auto g_drafter = DflashModel::load(dir.string(), g_model);
+    unsetenv("SALVO_DFLASH_Q6K");
+    ASSERT_TRUE(g_drafter.ok()) << g_drafter.status().message();
+    setenv("SALVO_DFLASH_CUDA_RANKED", "1", 1);
+    auto device = cuda::dflash_to_device(**g_drafter, g_model);
+    unsetenv("SALVO_DFLASH_CUDA_RANKED");
+    ASSERT_TRUE(device.ok()) << device.status().message();
+    (*g_drafter)->set_device(*device);
+    auto g_runner = new_dflash_runner(**g_drafter, pool);
+    ASSERT_TRUE(g_runner.ok()) << g_runner.status().message();
+    DflashRunner& runner = **g_runner;
+    const DflashModel& cd = **c_drafter;
+    const std::span<const int32_t> ids = cd.head_ids();
+    ASSERT_EQ(static_cast<int32_t>(ids.size()),
+              std::min<int32_t>(tc.n_vocab, DflashModel::kRankedHeadRows));
+    EXPECT_EQ(runner.ranked_rows(), static_cast<int32_t>(ids.size()));
+    std::vector<int32_t> column(tc.n_vocab, -1);  // id -> its row of the ranked head
+    for (size_t i = 0; i < ids.size(); ++i) column[ids[i]] = static_cast<int32_t>(i);
+
+    const DflashConfig& c = cd.config();
+    const int n_ctx = 120;
+    const auto prompt = prompt_tokens(n_ctx, tc.n_vocab, 11 + index);
+    KvCache kv(tc, 1, n_ctx + 1);
+    TokenBatch batch;
+    batch.add_chain(prompt.data(), n_ctx, 0, 0, true);
+    batch.hidden_layers = c.target_layers;
+    std::vector<float> logits, features;
+    ASSERT_TRUE(c_model.forward(pool, batch, kv, logits, &features).ok());
+    DflashState state = cd.new_state();
+    ASSERT_TRUE(cd.observe(pool, state, 0, n_ctx, features.data()).ok());
+    ASSERT_TRUE(runner.observe(0, n_ctx, features.data()).ok());
+    const int D = c.max_depth(), width = 8;
+    const int32_t root = prompt[n_ctx - 1];
+    for (const int32_t rows : {static_cast<int32_t>(ids.size()), int32_t{4096}}) {
+      SCOPED_TRACE(rows);
+      std::vector<float> cpu_logits;  // [D, rows], columns in rank order
+      cd.draft_block(pool, state, root, D, cpu_logits, rows);
+      ASSERT_EQ(cpu_logits.size(), static_cast<size_t>(D) * rows);
+      std::vector<Candidates> gpu;
+      runner.draft(root, D, width, rows, gpu);
+      ASSERT_EQ(gpu.size(), static_cast<size_t>(D));
+      for (Candidates& depth : gpu) {
+        for (int32_t& t : depth.tokens) {
+          ASSERT_TRUE(t >= 0 && t < tc.n_vocab && column[t] >= 0 && column[t] < rows)
+              << "id " << t << " is none of the " << rows << " best-ranked";
+          t = column[t];
+        }
+      }
+      expect_close(compare_draft(cpu_logits, rows, gpu, width));
+    }
+    // Every id: the target's whole head (a vocabulary no larger than the ranked head's rows
+    // drafts from the ranked head, which then holds every id).
+    std::vector<float> cpu_logits;
+    cd.draft_block(pool, state, root, D, cpu_logits);
+    std::vector<Candidates> gpu;
+    runner.draft(root, D, width, tc.n_vocab, gpu);
+    expect_close(compare_draft(cpu_logits, tc.n_vocab, gpu, width));
+    fs::remove_all(dir);
+  }
+}
+
 TEST_F(CudaDflashTest, SpeculationWithDflashDoesNotChangeTokens) {
   for (const std::string& path : models_) {
     SCOPED_TRACE(path);

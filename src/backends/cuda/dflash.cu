@@ -127,7 +127,7 @@ __global__ void __launch_bounds__(kTopThreads)
 // One warp per row: lane c holds chunk c's list; k rounds of a warp arg-max of the list heads.
 // The log-sum-exp adds the chunks in chunk order.
 __global__ void merge_candidates_kernel(const ChunkTop* chunks, int k, int32_t* ids,
-                                        float* logprobs) {
+                                        float* logprobs, const int32_t* id_map) {
   static_assert(kChunks <= 32, "a lane per chunk");
   pdl_enter();
   const int lane = threadIdx.x;
@@ -152,7 +152,7 @@ __global__ void merge_candidates_kernel(const ChunkTop* chunks, int k, int32_t* 
     if (lane == 0) {
       const int64_t o = static_cast<int64_t>(blockIdx.x) * k + round;
       const bool found = i != INT_MAX;  // fewer than k ids below n_tokens
-      ids[o] = found ? i : 0;
+      ids[o] = found ? (id_map != nullptr ? id_map[i] : i) : 0;
       logprobs[o] = found ? v - log_z : -INFINITY;
     }
   }
@@ -208,13 +208,13 @@ size_t top_candidates_scratch_bytes(int n_rows) {
 }
 
 void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, int k, int32_t* ids,
-                    float* logprobs, void* scratch, cudaStream_t stream) {
+                    float* logprobs, void* scratch, cudaStream_t stream, const int32_t* id_map) {
   if (n_rows <= 0 || k <= 0) return;
   ChunkTop* chunks = static_cast<ChunkTop*>(scratch);
   launch(chunk_candidates_kernel, dim3(kChunks, static_cast<unsigned>(n_rows)), kTopThreads, 0,
          stream, logits, n_vocab, n_tokens, k, chunks);
   launch(merge_candidates_kernel, static_cast<unsigned>(n_rows), 32, 0, stream,
-         static_cast<const ChunkTop*>(chunks), k, ids, logprobs);
+         static_cast<const ChunkTop*>(chunks), k, ids, logprobs, id_map);
 }
 
 void adapter_activation(const float* ah, const uint16_t* ae_table, const int32_t* parents,

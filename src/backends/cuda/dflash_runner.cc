@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -25,6 +26,7 @@
 #include "backends/cuda/kernels.h"
 #include "quant/fp16.h"
 #include "quant/quantize.h"
+#include "quant/types.h"
 
 namespace salvo::cuda {
 namespace {
@@ -118,6 +120,9 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
       SALVO_RETURN_IF_ERROR(upload_matrix(m.adapter_b(), true, &b.shape));
       SALVO_RETURN_IF_ERROR(build_ae_table());
     }
+    if (!m.head_ids().empty() && ranked_head_enabled()) {
+      SALVO_RETURN_IF_ERROR(build_ranked_head(m.head_ids()));
+    }
     return Status();
   }
 
@@ -131,8 +136,51 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   const uint16_t* ae_table = nullptr;  // [n_vocab, adapter_hidden] fp16: a_e E(t) for every t
   const float *hidden_norm = nullptr, *mask_embd = nullptr, *output_norm = nullptr;
   std::vector<DeviceDflashLayer> layers;
+  // The LM head's rows of the drafter's best-ranked ids (DflashModel::head_ids), in the layout
+  // the target's head takes, and those ids (w / ranked_ids null: none).
+  MatmulParams ranked_head;
+  const int32_t* ranked_ids = nullptr;
 
  private:
+  // SALVO_DFLASH_CUDA_RANKED=1 drafts from a ranked head (draft_vocab.h) on the device too. Off
+  // until measured on the H200: the CPU's replay says the best-ranked 32768 ids give small trees
+  // the whole vocabulary's tokens a pass (the lowest 65536: 1-5% fewer) and the best-ranked
+  // 65536 give large ones exactly the whole vocabulary's, at half and 43% of the head's rows.
+  static bool ranked_head_enabled() {
+    const char* v = std::getenv("SALVO_DFLASH_CUDA_RANKED");
+    return v != nullptr && std::atoi(v) != 0;
+  }
+  // Copies the rows `ids` of the target's row-major head (one download of the whole head, ~200
+  // MB for Qwen2.5-1.5B, once per drafter), packed for kHalf where the target's head is.
+  Status build_ranked_head(std::span<const int32_t> ids) {
+    const MatmulParams& o = heads.output;
+    if (o.tiled || o.variant == MatmulVariant::kHalf || o.w == nullptr) return Status();
+    const size_t stride = row_bytes(o.type, o.n_in);
+    std::vector<uint8_t> whole(stride * static_cast<size_t>(o.n_out));
+    SALVO_RETURN_IF_ERROR(cuda_status(
+        cudaMemcpy(whole.data(), o.w, whole.size(), cudaMemcpyDeviceToHost), "drafter head rows"));
+    const int64_t n = static_cast<int64_t>(ids.size());
+    std::vector<uint8_t> rows(stride * ids.size());
+    for (int64_t i = 0; i < n; ++i) {
+      std::memcpy(rows.data() + i * stride, whole.data() + static_cast<size_t>(ids[i]) * stride,
+                  stride);
+    }
+    const bool half = heads.output_half.w != nullptr && half_supported(o.type, n, o.n_in);
+    MatmulParams p = half ? heads.output_half : o;
+    p.n_out = n;
+    if (half) {
+      const std::vector<uint8_t> packed =
+          pack_half_weights(o.type, rows.data(), n, o.n_in, &p.half_scale);
+      SALVO_RETURN_IF_ERROR(upload_bytes(packed.data(), packed.size(), &p.w));
+    } else {
+      SALVO_RETURN_IF_ERROR(upload_bytes(rows.data(), rows.size(), &p.w));
+    }
+    const void* d = nullptr;
+    SALVO_RETURN_IF_ERROR(upload_bytes(ids.data(), ids.size() * sizeof(int32_t), &d));
+    ranked_ids = static_cast<const int32_t*>(d);
+    ranked_head = p;
+    return Status();
+  }
   // a_e E(t) for every token t, computed once as a draft pass would (the embedding row, its
   // int8 form, the Q8_0 matmul) and kept as fp16: a pass's parent rows are then a lookup in the
   // activation kernel instead of an embedding, a quantization and a 57-row matmul whose 16
@@ -344,7 +392,7 @@ class DeviceDflashRunner : public DflashRunner {
     SALVO_RETURN_IF_ERROR(ids_.reserve((1 + D * K) * sizeof(int32_t)));
     SALVO_RETURN_IF_ERROR(logprobs_.reserve(D * K * f));
     SALVO_RETURN_IF_ERROR(top_scratch_.reserve(top_candidates_scratch_bytes(D)));
-    if (d_->heads.output_half.w != nullptr) {
+    if (d_->heads.output_half.w != nullptr || d_->ranked_head.variant == MatmulVariant::kHalf) {
       // The LM head's fp16 fragments; rows past a pass's depths stay as they are (their
       // outputs are not written), so zeros from the start.
       const size_t bytes = half_frag_rows(static_cast<int64_t>(D)) * c.n_embd * sizeof(uint16_t);
@@ -376,6 +424,9 @@ class DeviceDflashRunner : public DflashRunner {
   }
 
   int32_t n_positions() const override { return n_positions_; }
+  int32_t ranked_rows() const override {
+    return d_->ranked_head.w != nullptr ? static_cast<int32_t>(d_->ranked_head.n_out) : 0;
+  }
   int max_width() const override { return max_k(); }
 
   Status observe(int32_t first, int32_t n, const float* features) override {
@@ -701,8 +752,13 @@ class DeviceDflashRunner : public DflashRunner {
     // one (the norm writes its fp16 fragments), whose tiles are rows in order, so the first
     // n_tokens are a prefix. On the H200 (session 36's ncu, 7 depths of the first 65,536 rows
     // of the 1.5B's Q6_K head) the int8 GEMV of the row-major copy took 56 us.
-    const bool half_head = d_->heads.output_half.w != nullptr;
-    const DeviceLinear head{.shape = half_head ? d_->heads.output_half : d_->heads.output};
+    // A ranked head's first n_tokens rows are the best-ranked ids (top_candidates maps them).
+    const bool ranked = d_->ranked_head.w != nullptr && n_tokens <= d_->ranked_head.n_out;
+    const MatmulParams& shape = ranked                               ? d_->ranked_head
+                                : d_->heads.output_half.w != nullptr ? d_->heads.output_half
+                                                                     : d_->heads.output;
+    const bool half_head = shape.variant == MatmulVariant::kHalf;
+    const DeviceLinear head{.shape = shape};
     const Q8Out yq = half_head ? Q8Out{.h = head_h_.get<uint16_t>()} : q8(depth, {&head});
     rms_norm_q8(x + ne, h + ne, d_->output_norm, y + ne, depth, ne, c.rms_eps, yq, stream_);
     MatmulParams p = head.shape;  // ids below n_tokens: the head's first rows
@@ -718,7 +774,8 @@ class DeviceDflashRunner : public DflashRunner {
     }
     int32_t* ids = ids_.get<int32_t>();  // [root, candidates[D][K]]
     top_candidates(logits_.get<float>(), depth, static_cast<int>(p.n_out), n_tokens, K, ids + 1,
-                   logprobs_.get<float>(), top_scratch_.get(), stream_);
+                   logprobs_.get<float>(), top_scratch_.get(), stream_,
+                   ranked ? d_->ranked_ids : nullptr);
     if (c.has_adapter()) {
       // u = y_d + b silu(a_h y_d + a_e E(parent)) for each parent row (the root and depths
       // 1..depth-1's candidates, which are contiguous behind it in ids; a_e E from the table),

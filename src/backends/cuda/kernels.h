@@ -352,10 +352,12 @@ inline constexpr int kMaxTopCandidates = 16;
 // For each row of logits [n_rows, n_vocab]: the k (<= kMaxTopCandidates) largest logits among
 // ids below n_tokens, best first, ties to the lower id, as ids [n_rows, k] and log-probabilities
 // [n_rows, k] (log-softmax over the whole row). Slots beyond n_tokens get id 0 and -inf.
-// scratch: top_candidates_scratch_bytes(n_rows) of device memory (the chunks' lists).
+// scratch: top_candidates_scratch_bytes(n_rows) of device memory (the chunks' lists). id_map
+// (device, [n_vocab], or null): the ids written are id_map[column] (a ranked head's rows).
 size_t top_candidates_scratch_bytes(int n_rows);
 void top_candidates(const float* logits, int n_rows, int n_vocab, int n_tokens, int k, int32_t* ids,
-                    float* logprobs, void* scratch, cudaStream_t stream);
+                    float* logprobs, void* scratch, cudaStream_t stream,
+                    const int32_t* id_map = nullptr);
 // The DFlash adapter for every parent a tree can give a depth's candidates: parent row r is the
 // root (r = 0, children at depth 1) or candidate (r - 1) % k of depth 1 + (r - 1) / k (children
 // one depth deeper). With ah [depths, hidden] (a_h y_d for d = 1..), ae [n_parents, hidden]
