@@ -358,14 +358,34 @@ def sample_anchors(lens, plens, A, B, gen):
     return out
 
 
-def block_loss(y, lm_head, ids, lens, anchors, B, weights, adapt=None, embd=None):
-    """Weighted CE of rows 1..B-1. y [N,A,B,E]; labels ids[p+j] (ignored past the end)."""
+class LossVocab:
+    """--loss-vocab N: the loss's softmax over the N best-ranked ids only (token_ranks.py), the
+    ids salvo's drafters draft from (32768 for small trees, 65536 for large ones): the LM head's
+    product, the largest matmul of a step (7680 rows x 151936 x 1536 for the 1.5B, forward and
+    backward), and its fp32 logits shrink by n_vocab / N. A label outside them is never drafted,
+    so its position is left out of the loss."""
+
+    def __init__(self, ranked, n_vocab, lm_head):
+        self.ids = torch.as_tensor(ranked, dtype=torch.long, device=lm_head.device)
+        self.head = lm_head[self.ids].contiguous()  # [N, E], frozen as the whole head is
+        self.column = torch.full((n_vocab,), -1, dtype=torch.long, device=lm_head.device)
+        self.column[self.ids] = torch.arange(len(self.ids), device=lm_head.device)
+
+
+def block_loss(y, lm_head, ids, lens, anchors, B, weights, adapt=None, embd=None, vocab=None):
+    """Weighted CE of rows 1..B-1. y [N,A,B,E]; labels ids[p+j] (ignored past the end, and
+    outside `vocab` when one is given: a LossVocab)."""
     N, A = anchors.shape
     dev = y.device
     j = torch.arange(1, B, device=dev)
     pos = anchors[:, :, None] + j  # [N,A,B-1]
     valid = pos < lens[:, None, None]
     labels = torch.gather(ids, 1, pos.clamp(max=ids.shape[1] - 1).flatten(1)).view(N, A, B - 1)
+    if vocab is not None:
+        lm_head = vocab.head
+        labels = vocab.column[labels]
+        valid = valid & (labels >= 0)
+        labels = labels.clamp(min=0)
     h = y[:, :, 1:]
     if adapt is not None:
         prev = torch.gather(ids, 1, (pos - 1).clamp(max=ids.shape[1] - 1).flatten(1)).view(N, A, B - 1)
@@ -492,6 +512,9 @@ def main():
     ap.add_argument("--grow", action="store_true",
                     help="with --init: --target-layers may add layers to the old ones and --n-layer add layers after "
                          "the old ones; the grown drafter starts as the old one's function")
+    ap.add_argument("--loss-vocab", type=int, default=0,
+                    help="the loss's softmax over the N ids the target generates most (0: every id); "
+                         "salvo drafts from the best-ranked 32768/65536")
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="torch.profiler over this many drafter steps (after 33), its table in the log")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -612,6 +635,10 @@ def main():
     weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
     grng = random.Random(args.seed + 1 + 1000 * ranks.rank)  # each rank its own anchors and order
     embd, lm_head = tg.embd, tg.lm_head
+    ranked = token_ranks([seqs[i][plens[i]:] for i in tr])
+    loss_vocab = LossVocab(ranked[:args.loss_vocab], gw.n_vocab, lm_head) if args.loss_vocab > 0 else None
+    if loss_vocab is not None:
+        log(f"loss over the {len(loss_vocab.ids)} best-ranked ids")
     ac = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
 
     def batch_of(sel):
@@ -626,7 +653,7 @@ def main():
         f, ids, L, anchors = batch_of(sel)
         with ac:
             y = d.train_forward(f, ids, anchors, embd)
-            return block_loss(y, lm_head, ids, L, anchors, B, weights)
+            return block_loss(y, lm_head, ids, L, anchors, B, weights, vocab=loss_vocab)
 
     params = [p for p in d.p.values()]
     prof = StepProfiler(args.profile_steps) if args.profile_steps > 0 else None
@@ -644,7 +671,8 @@ def main():
         with ac:
             with torch.no_grad():
                 y = d.train_forward(f, ids, anchors, embd)
-            return block_loss(y, lm_head, ids, L, anchors, B, weights, adapt=d.adapt, embd=embd)
+            return block_loss(y, lm_head, ids, L, anchors, B, weights, adapt=d.adapt, embd=embd,
+                              vocab=loss_vocab)
 
     a_shards = shards[-1:] if len(shards) > 1 else shards  # the adapter is small: the loaded shard is enough
     acurve, asteps, asecs, afsecs, aepochs = train_phase("adapter", list(d.a.values()), args.adapter_passes, args.lr,
@@ -689,7 +717,7 @@ def main():
     save_file(ship, os.path.join(args.out, "model.safetensors"))
     # The draft vocabulary (salvo's CPU drafter computes its head over the best-ranked ids):
     # the target's own continuations of the training prompts.
-    write_token_ranks(args.out, token_ranks([seqs[i][plens[i]:] for i in tr]))
+    write_token_ranks(args.out, ranked)
     json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=2)
 
     # reference.safetensors: a held-out context, its features, and float32 logits.
@@ -727,7 +755,7 @@ def main():
                            "adapter": round(asecs, 1), "eval": round(t_eval, 1)},
                "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
                "drafter_epochs": round(epochs, 3), "adapter_epochs": round(aepochs, 3), "feature_gb": round(feat_gb, 2),
-               "feature_shards": len(shards), "ranks": world, "batch": args.batch, "anchors": args.anchors,
+               "feature_shards": len(shards), "ranks": world, "loss_vocab": args.loss_vocab, "batch": args.batch, "anchors": args.anchors,
                "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "bench_walk_tau": bench_walk, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
