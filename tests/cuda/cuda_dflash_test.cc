@@ -323,6 +323,45 @@ DraftComparison compare_draft(const std::vector<float>& cpu_logits, int n_vocab,
   return r;
 }
 
+// One drafter directory loaded beside the CPU target (its matrices as the device reads them,
+// for comparison) and beside the GPU target with its device runner.
+struct DrafterPair {
+  std::unique_ptr<DflashModel> cpu, gpu;
+  std::unique_ptr<DflashRunner> runner;
+};
+
+// The device runs the drafter's F16 matrices; a CPU drafter's Q8_0 ones (checked against the
+// trainer's PyTorch logits by test_dflash_model.py) move its log-probabilities by ~0.06, past
+// these comparisons' bounds, so the CPU side loads them as F16. Where the device's layers are
+// kHalf ones, both sides load them rounded through Q6_K: kHalf's packing folds each group's
+// scales into one fp16 (a second rounding), so it reads the CPU's weights only when it starts
+// from Q6_K values (session 37 on the H200: from the F16 ones, max |logprob err| 0.11-0.15 and
+// rank gaps up to 0.155 on the random drafter; from the rounded ones 0.057-0.076 and
+// 0.027-0.059). `ranked`: the device runner with SALVO_DFLASH_CUDA_RANKED=1.
+void load_drafters(const std::string& dir, const Model& c_model, const Model& g_model,
+                   ThreadPool& pool, bool ranked, DrafterPair* out) {
+  const bool q6k = cuda::dflash_half_layers();
+  if (q6k) setenv("SALVO_DFLASH_Q6K", "1", 1);
+  setenv("SALVO_DFLASH_F16", "1", 1);
+  auto c_drafter = DflashModel::load(dir, c_model);
+  unsetenv("SALVO_DFLASH_F16");
+  ASSERT_TRUE(c_drafter.ok()) << c_drafter.status().message();
+  auto g_drafter = DflashModel::load(dir, g_model);
+  unsetenv("SALVO_DFLASH_Q6K");
+  ASSERT_TRUE(g_drafter.ok()) << g_drafter.status().message();
+  EXPECT_FALSE((*g_drafter)->has_cpu_forward());
+  if (ranked) setenv("SALVO_DFLASH_CUDA_RANKED", "1", 1);
+  auto device = cuda::dflash_to_device(**g_drafter, g_model);
+  unsetenv("SALVO_DFLASH_CUDA_RANKED");
+  ASSERT_TRUE(device.ok()) << device.status().message();
+  (*g_drafter)->set_device(*device);
+  auto g_runner = new_dflash_runner(**g_drafter, pool);
+  ASSERT_TRUE(g_runner.ok()) << g_runner.status().message();
+  out->cpu = std::move(*c_drafter);
+  out->gpu = std::move(*g_drafter);
+  out->runner = std::move(*g_runner);
+}
+
 TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
   int index = 0;
   for (const std::string& path : models_) {
@@ -336,31 +375,11 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
     ThreadPool pool(8);
     for (const std::string& dir : drafters_for(path, tc)) {
       SCOPED_TRACE(dir);
-      // The device runs the drafter's F16 matrices; a CPU drafter's Q8_0 ones (checked against
-      // the trainer's PyTorch logits by test_dflash_model.py) move its log-probabilities by
-      // ~0.06, past this comparison's bounds, so the CPU side loads them as F16 here. Where the
-      // device's layers are kHalf ones, both sides load them rounded through Q6_K: kHalf's
-      // packing folds each group's scales into one fp16 (a second rounding), so it reads the
-      // CPU's weights only when it starts from Q6_K values (session 37 on the H200: from the F16
-      // ones, max |logprob err| 0.11-0.15 and rank gaps up to 0.155 on the random drafter; from
-      // the rounded ones 0.057-0.076 and 0.027-0.059).
-      const bool q6k = cuda::dflash_half_layers();
-      if (q6k) setenv("SALVO_DFLASH_Q6K", "1", 1);
-      setenv("SALVO_DFLASH_F16", "1", 1);
-      auto c_drafter = DflashModel::load(dir, c_model);
-      unsetenv("SALVO_DFLASH_F16");
-      ASSERT_TRUE(c_drafter.ok()) << c_drafter.status().message();
-      auto g_drafter = DflashModel::load(dir, g_model);
-      unsetenv("SALVO_DFLASH_Q6K");
-      ASSERT_TRUE(g_drafter.ok()) << g_drafter.status().message();
-      EXPECT_FALSE((*g_drafter)->has_cpu_forward());
-      auto device = cuda::dflash_to_device(**g_drafter, g_model);
-      ASSERT_TRUE(device.ok()) << device.status().message();
-      (*g_drafter)->set_device(*device);
-      auto g_runner = new_dflash_runner(**g_drafter, pool);
-      ASSERT_TRUE(g_runner.ok()) << g_runner.status().message();
-      DflashRunner& runner = **g_runner;
-      const DflashModel& cd = **c_drafter;
+      DrafterPair drafters;
+      load_drafters(dir, c_model, g_model, pool, /*ranked=*/false, &drafters);
+      if (HasFatalFailure()) return;
+      DflashRunner& runner = *drafters.runner;
+      const DflashModel& cd = *drafters.cpu;
       const DflashConfig& c = cd.config();
       DflashState state = cd.new_state();
 
@@ -627,24 +646,11 @@ TEST_F(CudaDflashTest, RankedHeadMatchesCpuDrafter) {
                 static_cast<std::streamsize>(listed.size() * 4));
     }
     ThreadPool pool(8);
-    const bool q6k = cuda::dflash_half_layers();  // as DeviceRunnerMatchesCpuDrafter says
-    if (q6k) setenv("SALVO_DFLASH_Q6K", "1", 1);
-    setenv("SALVO_DFLASH_F16", "1", 1);
-    auto c_drafter = DflashModel::load(dir.string(), c_model);
-    unsetenv("SALVO_DFLASH_F16");
-    ASSERT_TRUE(c_drafter.ok()) << c_drafter.status().message();
-    auto g_drafter = DflashModel::load(dir.string(), g_model);
-    unsetenv("SALVO_DFLASH_Q6K");
-    ASSERT_TRUE(g_drafter.ok()) << g_drafter.status().message();
-    setenv("SALVO_DFLASH_CUDA_RANKED", "1", 1);
-    auto device = cuda::dflash_to_device(**g_drafter, g_model);
-    unsetenv("SALVO_DFLASH_CUDA_RANKED");
-    ASSERT_TRUE(device.ok()) << device.status().message();
-    (*g_drafter)->set_device(*device);
-    auto g_runner = new_dflash_runner(**g_drafter, pool);
-    ASSERT_TRUE(g_runner.ok()) << g_runner.status().message();
-    DflashRunner& runner = **g_runner;
-    const DflashModel& cd = **c_drafter;
+    DrafterPair drafters;
+    load_drafters(dir.string(), c_model, g_model, pool, /*ranked=*/true, &drafters);
+    if (HasFatalFailure()) return;
+    DflashRunner& runner = *drafters.runner;
+    const DflashModel& cd = *drafters.cpu;
     const std::span<const int32_t> ids = cd.head_ids();
     ASSERT_EQ(static_cast<int32_t>(ids.size()),
               std::min<int32_t>(tc.n_vocab, DflashModel::kRankedHeadRows));
