@@ -117,10 +117,7 @@ void add_serve_command(CLI::App& app) {
                   "draft tree nodes per forward pass (default: the drafter's, 7 for a "
                   "DFlash drafter, else 16)")
       ->check(CLI::Range(0, 1024));
-  cmd->add_option("--spec-vocab", s.spec.vocab,
-                  "DFlash: draft only token ids below N, the frequent ones (0: all; default: below "
-                  "65536 for trees under 48 nodes, all for larger ones; --json says -1)")
-      ->check(CLI::Range(0, 1 << 24));
+  cmd->add_option("--spec-vocab", s.spec.vocab, kSpecVocabHelp)->check(CLI::Range(0, 1 << 24));
   cmd->add_option("--spec-depth", s.spec.depth,
                   "deepest draft token below the last one (default: the drafter's, its block "
                   "size - 1 for a DFlash drafter, else 8)")

@@ -54,6 +54,12 @@ enum class SpecTree {
 Expected<SpecTree> parse_spec_tree(const std::string& name);
 const char* spec_tree_name(SpecTree tree);
 
+// --spec-vocab's help (salvo run and salvo-serve).
+inline constexpr char kSpecVocabHelp[] =
+    "DFlash: draft only N token ids, the frequent ones: the N best-ranked where the drafter ships "
+    "token ranks and N <= 65536, else the ids below N (0: all; default: 32768 ranked or below "
+    "65536 for trees under 48 nodes, 65536 ranked or all for larger ones; --json says -1)";
+
 struct SpecOptions {
   // budget / depth: the drafter's own caps (Drafter::default_caps).
   static constexpr int kDrafterCaps = -1;
