@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
@@ -37,6 +38,22 @@ void round_through_q6_k(std::vector<uint16_t>& f16, int64_t cols) {
 }
 
 using nlohmann::json;
+
+// What releases the mapped pages of `head` when it is a tensor of the target's mapped GGUF file
+// (a file opened, not bytes parsed: its pages fault back in from the file when read again); an
+// empty function otherwise.
+std::function<void()> head_page_release(const Model& target, const WeightView& head) {
+  const GgufFile& file = target.gguf();
+  if (file.path().empty() || head.data == nullptr) return {};
+  for (const char* name : {"output.weight", "token_embd.weight"}) {
+    const GgufTensorInfo* t = file.find_tensor(name);
+    if (t != nullptr && file.tensor_data(*t) == head.data) {
+      const size_t bytes = static_cast<size_t>(head.n_out) * row_bytes(head.type, head.n_in);
+      return [&file, data = head.data, bytes] { file.release_pages(data, bytes); };
+    }
+  }
+  return {};
+}
 
 // Reads a positive integer field of `obj` into `out`.
 Status int_field(const json& obj, const char* key, int& out, const std::string& where) {
@@ -343,7 +360,11 @@ Expected<std::unique_ptr<DflashModel>> DflashModel::load(const std::string& dir,
                          read_token_ranks(dir + "/token_ranks.safetensors", t.n_vocab,
                                           std::min<int32_t>(t.n_vocab, kRankedHeadRows)));
   if (!m->head_ids_.empty() && m->has_cpu_forward()) {
-    m->ranked_head_ = gather_head_rows(*m->lm_head_, m->head_ids_, m->packed_storage_);
+    // The ranked rows lie all over the head: copying them faults its mapped pages back in
+    // (+295 MB of peak resident memory for the 1.5B, where the copy is 83 MB), so they are
+    // released as the copy goes, as the engine released them once the target was packed.
+    m->ranked_head_ = gather_head_rows(*m->lm_head_, m->head_ids_, m->packed_storage_,
+                                       head_page_release(target, *m->lm_head_));
   }
   return m;
 }

@@ -48,24 +48,24 @@ Expected<std::vector<int32_t>> read_token_ranks(const std::string& path, int32_t
 }
 
 WeightView gather_head_rows(const WeightView& head, std::span<const int32_t> ids,
-                            std::vector<std::unique_ptr<uint8_t[]>>& storage) {
+                            std::vector<std::unique_ptr<uint8_t[]>>& storage,
+                            const std::function<void()>& release_source) {
+  WeightView out{.type = head.type, .n_out = static_cast<int64_t>(ids.size()), .n_in = head.n_in};
+  if (cpu::packable(out.type, out.n_out, out.n_in)) {
+    // Packed straight from the source rows: the kernels read only the packed copy.
+    storage.push_back(cpu::pack_rows(head, ids, release_source));
+    out.packed = storage.back().get();
+    return out;
+  }
   const size_t stride = row_bytes(head.type, head.n_in);
   auto rows = std::make_unique<uint8_t[]>(stride * ids.size());
   const auto* src = static_cast<const uint8_t*>(head.data);
   for (size_t i = 0; i < ids.size(); ++i) {
     std::memcpy(rows.get() + i * stride, src + static_cast<size_t>(ids[i]) * stride, stride);
   }
-  WeightView out{.type = head.type,
-                 .data = rows.get(),
-                 .n_out = static_cast<int64_t>(ids.size()),
-                 .n_in = head.n_in};
+  if (release_source) release_source();
+  out.data = rows.get();
   storage.push_back(std::move(rows));
-  if (cpu::packable(out.type, out.n_out, out.n_in)) {
-    // The packed copy is all the kernels read: the row-major bytes go once it exists.
-    storage.back() = cpu::pack_matrix(out, nullptr);
-    out.packed = storage.back().get();
-    out.data = nullptr;
-  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -31,8 +32,11 @@ Expected<std::vector<int32_t>> read_token_ranks(const std::string& path, int32_t
                                                 int32_t rows);
 
 // A copy of `head`'s rows `ids` (in that order) in the same block format, packed for the CPU
-// kernels where the format allows; `storage` keeps the bytes alive.
+// kernels where the format allows; `storage` keeps the bytes alive. The rows lie all over the
+// head, so a mapped head's pages come back into memory as they are read: release_source (if
+// set) is called after every ~1 MiB of copied rows to release them.
 WeightView gather_head_rows(const WeightView& head, std::span<const int32_t> ids,
-                            std::vector<std::unique_ptr<uint8_t[]>>& storage);
+                            std::vector<std::unique_ptr<uint8_t[]>>& storage,
+                            const std::function<void()>& release_source = {});
 
 }  // namespace salvo

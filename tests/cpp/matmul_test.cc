@@ -248,6 +248,30 @@ TEST_P(PackedMatmulTest, SameBitsOnEveryPathAndCloseToUnpacked) {
   }
 }
 
+// pack_rows packs rows picked anywhere in a matrix, in the order given: the same bytes as
+// packing the matrix of those rows copied out, and `done` called as slices finish.
+TEST_P(PackedMatmulTest, PackedRowsAreThePackedCopyOfThoseRows) {
+  const auto [type, n_in] = GetParam();
+  const int64_t n_out = 40;
+  std::mt19937 rng(9 + static_cast<int>(type));
+  const auto w = random_weights(type, n_out, n_in, rng);
+  const WeightView view{type, w.data(), n_out, n_in};
+  const std::vector<int32_t> ids = {39, 3, 17, 0, 22, 5, 8, 31, 12, 38, 1, 2, 30, 29, 7, 14};
+  const size_t stride = row_bytes(type, n_in);
+  std::vector<uint8_t> copied(stride * ids.size());
+  const auto* src = reinterpret_cast<const uint8_t*>(w.data());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    std::memcpy(copied.data() + i * stride, src + ids[i] * stride, stride);
+  }
+  const WeightView copy{type, copied.data(), static_cast<int64_t>(ids.size()), n_in};
+  const auto expected = cpu::pack_matrix(copy, nullptr);
+  int done = 0;
+  const auto got = cpu::pack_rows(view, ids, [&] { ++done; });
+  EXPECT_EQ(0, std::memcmp(expected.get(), got.get(),
+                           cpu::packed_bytes(type, static_cast<int64_t>(ids.size()), n_in)));
+  EXPECT_GE(done, 1);
+}
+
 TEST_P(PackedMatmulTest, RowInvariantAcrossBatchAndThreads) {
   const auto [type, n_in] = GetParam();
   const int64_t n_out = 24, n_rows = 23;

@@ -339,61 +339,95 @@ size_t packed_bytes(DType type, int64_t n_out, int64_t n_in) {
   return packed_group_bytes(type, n_in) * static_cast<size_t>(n_out / kPackRows);
 }
 
+// Groups [begin, end) of a packed matrix of `type` and width n_in into buf, group g's row k
+// at row(g, k).
+template <typename RowOf>
+static void pack_groups(DType type, int64_t n_in, const RowOf& row, int64_t begin, int64_t end,
+                        uint8_t* buf) {
+  const size_t group_bytes = packed_group_bytes(type, n_in);
+  const int64_t n_sb = n_in / kQKK, n_blocks = n_in / kQK;
+  for (int64_t g = begin; g < end; ++g) {
+    const uint8_t* rows[kPackRows];
+    for (int k = 0; k < kPackRows; ++k) rows[k] = row(g, k);
+    uint8_t* dst = buf + g * group_bytes;
+    switch (type) {
+      case DType::kQ4_K:
+        pack_q4k_group(reinterpret_cast<const BlockQ4_K* const*>(rows), n_sb,
+                       reinterpret_cast<PackedQ4K*>(dst));
+        break;
+      case DType::kQ6_K:
+        pack_q6k_group(reinterpret_cast<const BlockQ6_K* const*>(rows), n_sb,
+                       reinterpret_cast<PackedQ6K*>(dst));
+        break;
+      case DType::kQ4_0:
+        pack_q4_0_group(reinterpret_cast<const BlockQ4_0* const*>(rows), n_blocks,
+                        reinterpret_cast<PackedQ4_0*>(dst));
+        break;
+      case DType::kQ4_1:
+        pack_q4_1_group(reinterpret_cast<const BlockQ4_1* const*>(rows), n_blocks,
+                        reinterpret_cast<PackedQ4_1*>(dst));
+        break;
+      case DType::kQ5_0:
+        pack_q5_0_group(reinterpret_cast<const BlockQ5_0* const*>(rows), n_blocks,
+                        reinterpret_cast<PackedQ5_0*>(dst));
+        break;
+      default:
+        pack_q8_0_group(reinterpret_cast<const BlockQ8_0* const*>(rows), n_blocks,
+                        reinterpret_cast<PackedQ8_0*>(dst));
+    }
+  }
+}
+
+static std::unique_ptr<uint8_t[]> packed_buffer(DType type, int64_t n_out, int64_t n_in) {
+  const size_t bytes = packed_bytes(type, n_out, n_in);
+  std::unique_ptr<uint8_t[]> buf(new uint8_t[bytes]);
+  advise_huge_pages(buf.get(), bytes);
+  return buf;
+}
+
 std::unique_ptr<uint8_t[]> pack_matrix(const WeightView& w, ThreadPool* pool,
                                        const std::function<void(const void*, size_t)>& done_rows) {
   SALVO_CHECK(packable(w.type, w.n_out, w.n_in));
-  const size_t bytes = packed_bytes(w.type, w.n_out, w.n_in);
-  std::unique_ptr<uint8_t[]> buf(new uint8_t[bytes]);
-  advise_huge_pages(buf.get(), bytes);
+  std::unique_ptr<uint8_t[]> buf = packed_buffer(w.type, w.n_out, w.n_in);
   const size_t row_stride = row_bytes(w.type, w.n_in);
-  const size_t group_bytes = packed_group_bytes(w.type, w.n_in);
-  const int64_t n_sb = w.n_in / kQKK, n_blocks = w.n_in / kQK;
   const auto* src = static_cast<const uint8_t*>(w.data);
-  auto pack = [&](int, int64_t begin, int64_t end) {
-    for (int64_t g = begin; g < end; ++g) {
-      const uint8_t* rows[kPackRows];
-      for (int k = 0; k < kPackRows; ++k) rows[k] = src + (g * kPackRows + k) * row_stride;
-      uint8_t* dst = buf.get() + g * group_bytes;
-      switch (w.type) {
-        case DType::kQ4_K:
-          pack_q4k_group(reinterpret_cast<const BlockQ4_K* const*>(rows), n_sb,
-                         reinterpret_cast<PackedQ4K*>(dst));
-          break;
-        case DType::kQ6_K:
-          pack_q6k_group(reinterpret_cast<const BlockQ6_K* const*>(rows), n_sb,
-                         reinterpret_cast<PackedQ6K*>(dst));
-          break;
-        case DType::kQ4_0:
-          pack_q4_0_group(reinterpret_cast<const BlockQ4_0* const*>(rows), n_blocks,
-                          reinterpret_cast<PackedQ4_0*>(dst));
-          break;
-        case DType::kQ4_1:
-          pack_q4_1_group(reinterpret_cast<const BlockQ4_1* const*>(rows), n_blocks,
-                          reinterpret_cast<PackedQ4_1*>(dst));
-          break;
-        case DType::kQ5_0:
-          pack_q5_0_group(reinterpret_cast<const BlockQ5_0* const*>(rows), n_blocks,
-                          reinterpret_cast<PackedQ5_0*>(dst));
-          break;
-        default:
-          pack_q8_0_group(reinterpret_cast<const BlockQ8_0* const*>(rows), n_blocks,
-                          reinterpret_cast<PackedQ8_0*>(dst));
-      }
-    }
-  };
+  auto row = [&](int64_t g, int k) { return src + (g * kPackRows + k) * row_stride; };
   const int64_t n_groups = w.n_out / kPackRows;
   if (pool != nullptr) {
-    pool->parallel_for(n_groups, pack);
+    pool->parallel_for(n_groups, [&](int, int64_t begin, int64_t end) {
+      pack_groups(w.type, w.n_in, row, begin, end, buf.get());
+    });
   } else if (!done_rows) {
-    pack(0, 0, n_groups);
+    pack_groups(w.type, w.n_in, row, 0, n_groups, buf.get());
   } else {
     // Slices of about 1 MiB, each handed back as soon as it is packed.
     const int64_t slice = std::max<int64_t>(1, (1 << 20) / (row_stride * kPackRows));
     for (int64_t g = 0; g < n_groups; g += slice) {
       const int64_t end = std::min(n_groups, g + slice);
-      pack(0, g, end);
+      pack_groups(w.type, w.n_in, row, g, end, buf.get());
       done_rows(src + g * kPackRows * row_stride, (end - g) * kPackRows * row_stride);
     }
+  }
+  return buf;
+}
+
+std::unique_ptr<uint8_t[]> pack_rows(const WeightView& w, std::span<const int32_t> ids,
+                                     const std::function<void()>& done) {
+  const int64_t n_out = static_cast<int64_t>(ids.size());
+  SALVO_CHECK(packable(w.type, n_out, w.n_in));
+  std::unique_ptr<uint8_t[]> buf = packed_buffer(w.type, n_out, w.n_in);
+  const size_t row_stride = row_bytes(w.type, w.n_in);
+  const auto* src = static_cast<const uint8_t*>(w.data);
+  auto row = [&](int64_t g, int k) {
+    const int32_t id = ids[g * kPackRows + k];
+    SALVO_CHECK(id >= 0 && id < w.n_out);
+    return src + static_cast<size_t>(id) * row_stride;
+  };
+  const int64_t n_groups = n_out / kPackRows;
+  const int64_t slice = std::max<int64_t>(1, (1 << 20) / (row_stride * kPackRows));
+  for (int64_t g = 0; g < n_groups; g += slice) {
+    pack_groups(w.type, w.n_in, row, g, std::min(n_groups, g + slice), buf.get());
+    if (done) done();
   }
   return buf;
 }

@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <span>
 
 #include "backends/cpu/matmul.h"
 #include "quant/types.h"
@@ -91,6 +92,12 @@ size_t packed_group_bytes(DType type, int64_t n_in);
 std::unique_ptr<uint8_t[]> pack_matrix(
     const WeightView& w, ThreadPool* pool,
     const std::function<void(const void*, size_t)>& done_rows = {});
+// The matrix of w's rows `ids`, in that order, packed (packable(w.type, ids.size(), w.n_in) must
+// hold). The rows may lie anywhere in w: after each ~1 MiB of packed rows `done` (if set) is
+// called, so a caller whose w is mapped can release the pages the copy faulted in (a DFlash
+// drafter's ranked head, speculative/draft_vocab.h).
+std::unique_ptr<uint8_t[]> pack_rows(const WeightView& w, std::span<const int32_t> ids,
+                                     const std::function<void()>& done = {});
 // Writes row `row` of w.packed back in its GGUF block format (row_bytes(w.type, w.n_in) bytes
 // at dst), so a tied embedding table reads its rows from the packed copy and its mapped pages
 // stay released. Returns false where the layout cannot be undone (Q4_K, Q6_K) or w has no
