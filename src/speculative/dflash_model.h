@@ -142,6 +142,8 @@ class DflashModel {
   const int32_t* head_row_ids(int64_t head_rows) const {
     return uses_ranked_head(head_rows) ? head_ids_.data() : nullptr;
   }
+  // Rows of the CPU forward's ranked head (0: none): head_rows up to this many use it.
+  int32_t ranked_head_rows() const { return static_cast<int32_t>(ranked_head_.n_out); }
   // Adapter logits dot(lm_head_row(c), u) of `candidates` for depth j's output `y_j`
   // ([n_embd]) given the previous token on the branch; `scores` gets one value per candidate.
   void adapter_scores(const float* y_j, int32_t prev, std::span<const int32_t> candidates,

@@ -13,10 +13,7 @@ class CpuDflashRunner : public DflashRunner {
     return model_.observe(pool_, state_, first, n, features);
   }
   int max_width() const override { return 1 << 20; }
-  int32_t ranked_rows() const override {
-    const int64_t rows = static_cast<int64_t>(model_.head_ids().size());
-    return model_.head_row_ids(rows) != nullptr ? static_cast<int32_t>(rows) : 0;
-  }
+  int32_t ranked_rows() const override { return model_.ranked_head_rows(); }
   void draft(int32_t root, int depth, int width, int32_t n_tokens,
              std::vector<Candidates>& depths) override {
     model_.draft_block(pool_, state_, root, depth, logits_, n_tokens);

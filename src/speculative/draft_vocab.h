@@ -34,7 +34,8 @@ Expected<std::vector<int32_t>> read_token_ranks(const std::string& path, int32_t
 // A copy of `head`'s rows `ids` (in that order) in the same block format, packed for the CPU
 // kernels where the format allows; `storage` keeps the bytes alive. The rows lie all over the
 // head, so a mapped head's pages come back into memory as they are read: release_source (if
-// set) is called after every ~1 MiB of copied rows to release them.
+// set) is called to release them, after every ~1 MiB of packed rows (once at the end where the
+// format has no packed layout).
 WeightView gather_head_rows(const WeightView& head, std::span<const int32_t> ids,
                             std::vector<std::unique_ptr<uint8_t[]>>& storage,
                             const std::function<void()>& release_source = {});
