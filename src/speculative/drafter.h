@@ -76,7 +76,7 @@ struct SpecOptions {
   // on prose (measured on Python stdlib sources and /usr/share/doc); a rarer token is simply
   // never drafted. A drafter that ships token ranks (draft_vocab.h) drafts its best-ranked ids
   // instead: N <= 65536 the N best-ranked, kVocabByTree 32768 of them for small trees and 65536
-  // for large ones (on the CPU; on CUDA with SALVO_DFLASH_CUDA_RANKED=1).
+  // for large ones (CPU and CUDA alike).
   static constexpr int32_t kVocabByTree = -1;
   int32_t vocab = kVocabByTree;
 

@@ -337,7 +337,8 @@ struct DrafterPair {
 // scales into one fp16 (a second rounding), so it reads the CPU's weights only when it starts
 // from Q6_K values (session 37 on the H200: from the F16 ones, max |logprob err| 0.11-0.15 and
 // rank gaps up to 0.155 on the random drafter; from the rounded ones 0.057-0.076 and
-// 0.027-0.059). `ranked`: the device runner with SALVO_DFLASH_CUDA_RANKED=1.
+// 0.027-0.059). `ranked`: the device runner drafts from a ranked head where the drafter ships ranks
+// (the default); otherwise SALVO_DFLASH_CUDA_RANKED=0, the whole head.
 void load_drafters(const std::string& dir, const Model& c_model, const Model& g_model,
                    ThreadPool& pool, bool ranked, DrafterPair* out) {
   const bool q6k = cuda::dflash_half_layers();
@@ -350,7 +351,7 @@ void load_drafters(const std::string& dir, const Model& c_model, const Model& g_
   unsetenv("SALVO_DFLASH_Q6K");
   ASSERT_TRUE(g_drafter.ok()) << g_drafter.status().message();
   EXPECT_FALSE((*g_drafter)->has_cpu_forward());
-  if (ranked) setenv("SALVO_DFLASH_CUDA_RANKED", "1", 1);
+  setenv("SALVO_DFLASH_CUDA_RANKED", ranked ? "1" : "0", 1);
   auto device = cuda::dflash_to_device(**g_drafter, g_model);
   unsetenv("SALVO_DFLASH_CUDA_RANKED");
   ASSERT_TRUE(device.ok()) << device.status().message();
@@ -612,7 +613,7 @@ TEST_F(CudaDflashTest, DeviceRunnerMatchesCpuDrafter) {
   }
 }
 
-// A drafter with token ranks (draft_vocab.h) and SALVO_DFLASH_CUDA_RANKED=1: the device runner
+// A drafter with token ranks (draft_vocab.h), as drafted by default: the device runner
 // drafts from its copy of the head's best-ranked rows, as the CPU drafter does from its own, and
 // returns the ids (not the rows) of its candidates. The random drafter of the test above with a
 // shuffled half of the vocabulary as its ranks (the rest follow in id order).
