@@ -10,6 +10,7 @@
 #   bash .gpu/df/dev.sh              # collect pieces, start what can start, report, export finished runs
 #   bash .gpu/df/dev.sh wait SECONDS # the same, but first block until both runs are done (or SECONDS pass)
 #   bash .gpu/df/dev.sh bench [REPS] / trace [DIR]  # bench_spec / a SALVO_SPEC_TRACE run (below)
+#   bash .gpu/df/dev.sh profile SECONDS [ARGS...]   # a QPROFILE run's profile, then again with ARGS
 # Exports (one run a call, over several calls) to $OUT: <s|q|p>_small.tar (config.json, token_ranks.safetensors,
 # train_log.json), <s|q|p>.log, <s|q|p>_reference.safetensors, then model.safetensors in 15 MB
 # pieces <s|q|p>_model.NN, 3 a call (cat them), then the run's generated.json.gz as <s|q|p>_gen.NN.
@@ -128,6 +129,35 @@ print(json.dumps({"prompt": next(x for x in r if x["category"] == "code")["messa
     --temperature 0 -n 128 --prompts-file /tmp/one.jsonl > /dev/null 2> $OUT/prof.err
   tail -3 $OUT/prof.err; wc -l $OUT/prof.csv
   exit
+fi
+# profile SECONDS [ARGS...]: for QPROFILE runs. Waits (at most SECONDS) for the qwen run's
+# "drafter:" line and prints its profile; with ARGS, then stops that run and starts the same
+# train.py command with ARGS added (e.g. --loss-vocab 32768; its log $W/again.log, its output
+# $W/out_again) and waits for that run's profile too. Call it again until both are printed: it
+# stops waiting the moment a run has ended (session 46's own script waited 443 s of device time on
+# a second run that had died at once, started without this script's PYTHONPATH).
+if [ "${1:-}" = profile ]; then
+  end=$((SECONDS + ${2:-500})); shift $(($# < 2 ? $# : 2)); log1=$W/qwen2.5-coder-1.5b.log; log2=$W/again.log
+  wait_for() { # log, status file: until the log has the drafter's summary, the run ends or time is up
+    while ! grep -q 'drafter: [0-9]* steps' "$1" 2>/dev/null && [ ! -f "$2" ] && [ $SECONDS -lt $end ]; do sleep 3; done
+  }
+  show() { echo "== $1"; sed -n '/profile of/,/Self CUDA time total/p' "$1" | head -n 60; grep -E 'features of|drafter:|loss over|rror' "$1" | tail -n 6
+    grep -q 'drafter: [0-9]* steps' "$1" 2>/dev/null || tail -n 5 "$1"; }
+  wait_for $log1 $W/qwen2.5-coder-1.5b.done; show $log1
+  if [ $# -gt 0 ] && grep -q 'drafter: [0-9]* steps' $log1 && [ ! -f $W/again.started ]; then
+    cmd=$(ps -eo args | grep -E '^[^ ]*python3[^ ]* [^ ]*code/train\.py' | head -n 1)
+    [ -n "$cmd" ] || { echo "profile: the first run is not running; nothing to start again"; exit 0; }
+    pkill -f 'code/train.py'; sleep 3; touch $W/again.started
+    cmd=${cmd/--out $W\/out_qwen2.5-coder-1.5b/--out $W/out_again}
+    echo "again: $cmd $*"
+    setsid nohup bash -c "$cmd $* > $log2 2>&1; echo \$? > $W/again.done" >/dev/null 2>&1 &
+  fi
+  if [ -f $W/again.started ]; then
+    wait_for $log2 $W/again.done; show $log2
+    grep -q 'drafter: [0-9]* steps' $log2 && pkill -f 'code/train.py'
+  fi
+  cp $log1 $OUT/ 2>/dev/null; cp $log2 $OUT/ 2>/dev/null
+  exit 0
 fi
 if [ "${1:-}" = bench ]; then
   B=/root/bench; mkdir -p $B

@@ -288,12 +288,11 @@ class FeatureStore:
         self.key = key
         return time.time() - t0
 
-    def batch(self, sel):
-        """[n, T, k*E] for the given sequence indices (T = their longest; rows past a sequence's end
-        repeat its last row and are never attended: contexts end before the anchor)."""
+    def batch(self, sel, T):
+        """[n, T, k*E] for the given sequence indices (T at least their longest; rows past a
+        sequence's end repeat its last row and are never attended: contexts end before the anchor)."""
         rows = torch.tensor([self.pos[i] for i in sel], device=self.dev)
         L = self.lens[rows]
-        T = int(L.max())
         at = self.off[rows, None] + torch.minimum(torch.arange(T, device=self.dev)[None], L[:, None] - 1)
         return self.flat[at]
 
@@ -347,6 +346,17 @@ def shards_of(tr, seqs, n_feat, feature_gb, rng):
     if k > 1:
         rng.shuffle(order)
     return [sorted(order[j::k]) for j in range(k)], total
+
+
+def padded_len(n, multiple):
+    """n rounded up to a multiple of `multiple` (--pad-multiple). H200, session 46's profile of
+    the 1.5B's drafter steps: 143 ms a step for 49 ms of device time, and cuDNN's attention took
+    20 ms of host time a layer forward and 25 ms backward. cuDNN builds (and caches) an execution
+    plan per shape, and a step's attention shapes follow its batch's longest sequence, which
+    differed nearly every step; rounded lengths repeat, so their plans are built once (not yet
+    measured). The padded positions are masked (contexts end before the anchor, labels past a
+    sequence's end are not counted), so the loss is the unpadded one."""
+    return -(-n // multiple) * multiple
 
 
 def sample_anchors(lens, plens, A, B, gen):
@@ -515,10 +525,14 @@ def main():
     ap.add_argument("--loss-vocab", type=int, default=0,
                     help="the loss's softmax over the N ids the target generates most (0: every id); "
                          "salvo drafts from the best-ranked 32768/65536")
+    ap.add_argument("--pad-multiple", type=int, default=64,
+                    help="a batch's length rounded up to a multiple of this (1: its longest sequence)")
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="torch.profiler over this many drafter steps (after 33), its table in the log")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
+    if args.pad_multiple < 1:
+        raise SystemExit(f"error: --pad-multiple must be at least 1, not {args.pad_multiple}")
     ranks = Ranks(args.device)
     if ranks.world > 1:
         if args.gen_gpus or args.gen_parts > 1:
@@ -644,10 +658,10 @@ def main():
     def batch_of(sel):
         rows = torch.tensor(sel, device=dev)
         L = lens_all[rows]
-        T = int(L.max())
+        T = padded_len(int(L.max()), args.pad_multiple)
         ids = ids_flat[off_all[rows, None] + torch.minimum(torch.arange(T, device=dev)[None], L[:, None] - 1)]
         anchors = torch.tensor(sample_anchors(L.tolist(), [plens[s] for s in sel], args.anchors, B, grng), device=dev)
-        return store.batch(sel), ids, L, anchors
+        return store.batch(sel, T), ids, L, anchors
 
     def drafter_step(sel):
         f, ids, L, anchors = batch_of(sel)
@@ -755,7 +769,7 @@ def main():
                            "adapter": round(asecs, 1), "eval": round(t_eval, 1)},
                "gpu_minutes_total": round(gpu_min, 2), "drafter_steps": steps, "adapter_steps": asteps,
                "drafter_epochs": round(epochs, 3), "adapter_epochs": round(aepochs, 3), "feature_gb": round(feat_gb, 2),
-               "feature_shards": len(shards), "ranks": world, "loss_vocab": args.loss_vocab, "batch": args.batch, "anchors": args.anchors,
+               "feature_shards": len(shards), "ranks": world, "loss_vocab": args.loss_vocab, "pad_multiple": args.pad_multiple, "batch": args.batch, "anchors": args.anchors,
                "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "bench_walk_tau": bench_walk, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
