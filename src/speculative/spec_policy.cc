@@ -267,6 +267,15 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
     const double gains =
         std::max(0.0, gain_ms_) + kEarlierGainShare * std::max(0.0, earlier_gain_ms_);
     if (probe_cost > kProbeShare * plain_ms_since_probe_ + gains) return {};
+    // The probe after a text's opening stopped (record()) is the cheapest tree, one node.
+    if (opening_probe_) {
+      opening_probe_ = false;
+      opening_probe_in_flight_ = true;
+      plain_passes_since_probe_ = 0;
+      plain_ms_since_probe_ = 0;
+      probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
+      return {1, 1};
+    }
     // Probe: one drafted pass refreshes the estimates; record() decides whether to stay.
     plain_passes_since_probe_ = 0;
     plain_ms_since_probe_ = 0;
@@ -338,6 +347,8 @@ void SpecPolicy::new_text() {
   drafted_rate_ = 0;
   drafting_ = true;
   new_text_grace_ = kNewTextGrace;
+  opening_ = true;
+  opening_probe_ = false;
   previous_plain_ = true;
   plain_passes_since_probe_ = 0;
   drafted_since_plain_ = 0;
@@ -489,6 +500,10 @@ void SpecPolicy::record(const PassRecord& measured) {
   // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
   // predicts that from the tokens missed), decides how long the next probe waits.
   if (!drafting_) start_episode();
+  if (opening_probe_in_flight_) {
+    strict_episode_ = true;
+    opening_probe_in_flight_ = false;
+  }
   const double pass_loss = pass.pass_ms + draft_ms - pass.tokens_emitted * pass_ms(1);
   episode_loss_ms_ += pass_loss;
   episode_worst_loss_ms_ = std::max(episode_worst_loss_ms_, pass_loss);
@@ -509,7 +524,8 @@ void SpecPolicy::record(const PassRecord& measured) {
   // Measured tokens per millisecond, drafted against plain: drafting starts where it wins by
   // kMargin and goes on while it does not lose (kKeepMargin): a rate near the margin otherwise
   // flips on every unlucky pass, and each stop costs the plain passes until the next probe.
-  const bool pays = drafted_rate_ > (drafting_ ? kKeepMargin : kMargin) * expected_rate({});
+  const double margin = drafting_ ? kKeepMargin : strict_episode_ ? kClearWin : kMargin;
+  const bool pays = drafted_rate_ > margin * expected_rate({});
   // Tokens per pass vary a lot from pass to pass (a tree that yields 2.8 on average yields 1
   // often), so a near miss in an episode's first few passes decides nothing: drafting goes on
   // while the pooled rate is within kNearMiss of paying and the episode has lost at most
@@ -519,8 +535,10 @@ void SpecPolicy::record(const PassRecord& measured) {
   // on, 1.04 tokens a pass, where fixed 8-node trees gave 2.78 and 1.17x plain.)
   const bool near_miss = drafted_rate_ >= kNearMiss * kMargin * expected_rate({});
   const bool undecided = !pays && near_miss && episode_passes_ < kMinJudgedPasses &&
-                         episode_loss_ms_ <= kUndecidedLoss * pass_ms(1);
+                         episode_loss_ms_ <= kUndecidedLoss * pass_ms(1) && !strict_episode_;
   if (pays && !drafting_) probe_gap_ = kFirstProbe;
+  if (pays || !drafting_) opening_ = false;
+  if (pays) opening_probe_ = false;
   if (!pays && !undecided) {
     // The episode (or the probe) failed: the next probe waits until its loss is a small share.
     if (drafting_) plain_ms_since_probe_ = 0;
@@ -536,6 +554,22 @@ void SpecPolicy::record(const PassRecord& measured) {
     const double failed_probe = kUndecidedLoss * pass_ms(1) + episode_worst_loss_ms_;
     probe_cost_ms_ =
         std::clamp(std::min(episode_loss_ms_, kMinJudgedPasses * per_pass), 0.0, failed_probe);
+    // A text's opening (its first episode, on a CPU, of budget trees) that stops: the next
+    // probe is priced as a failed one-node tree and is one (next()), so it comes after ~30 plain
+    // passes instead of ~65. An answer's first tokens (an opening sentence) often draft poorly
+    // where its body (code, a copied passage) drafts well: replayed grounded-editing answers
+    // (CPU costs, tests/data/h200_grounded_position_orders.txt) spent the rest of a 128-token
+    // answer plain after two passes that accepted nothing, 0.90 of the best fixed tree (now
+    // 0.94). That probe is judged alone and must win clearly (kClearWin, no undecided passes),
+    // and if it fails, the opening's own price stands for the probes after it: where drafting
+    // never pays it costs one one-node pass per text.
+    if (strict_episode_) probe_cost_ms_ = std::max(probe_cost_ms_, opening_cost_ms_);
+    if (opening_ && budget_trees_ && costs_.cautious_start) {
+      opening_probe_ = true;
+      opening_cost_ms_ = probe_cost_ms_;
+      probe_cost_ms_ =
+          std::min(probe_cost_ms_, std::max(0.0, pass_ms(2) + draft_cost(1) - pass_ms(1)));
+    }
   }
   // A new text's first drafted passes are not judged (as a fresh policy's are not): the first
   // carries the drafter's catch-up over the whole prompt, and one unlucky pass would otherwise
@@ -586,6 +620,7 @@ void SpecPolicy::record_budgets(const PassRecord& pass) {
 }
 
 void SpecPolicy::start_episode() {
+  strict_episode_ = false;
   episode_loss_ms_ = 0;
   episode_worst_loss_ms_ = 0;
   episode_passes_ = 0;

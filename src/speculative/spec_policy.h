@@ -256,6 +256,15 @@ class SpecPolicy {
   int first_tokens_ = 0;             // ... and the tokens it emitted
   double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
   int new_text_grace_ = 0;           // drafted passes of a new text not judged yet
+  // A text's opening: no episode of it has paid or stopped yet. The probe after the opening
+  // stopped (opening_probe_: due; ..._in_flight_: the pass being recorded) is one node, and its
+  // episode is strict (kClearWin to start, no undecided passes); opening_cost_ms_ is the
+  // opening's own probe price, which stands again if that probe fails.
+  bool opening_ = true;
+  bool opening_probe_ = false;
+  bool opening_probe_in_flight_ = false;
+  bool strict_episode_ = false;
+  double opening_cost_ms_ = 0;
 };
 
 }  // namespace salvo

@@ -920,8 +920,9 @@ TEST(SpecPolicyTest, RecordedCodeAnswersKeepToTheFixedTree) {
 // session 39-40's H200 costs: ms by rows 1-8 as --spec auto's trace measured them (a 9-row
 // pass starts a second tile), the draft 0.30 ms. The fixed 7-node tree is the run to keep to
 // (session 40: 4.33x llama.cpp on code against auto's 3.93-3.97x).
-std::vector<std::vector<std::vector<int32_t>>> position_orders() {
-  std::ifstream in(std::string(SALVO_SOURCE_DIR) + "/tests/data/h200_code_position_orders.txt");
+std::vector<std::vector<std::vector<int32_t>>> position_orders(
+    const char* file = "h200_code_position_orders.txt") {
+  std::ifstream in(std::string(SALVO_SOURCE_DIR) + "/tests/data/" + file);
   std::vector<std::vector<std::vector<int32_t>>> texts;
   std::string line;
   while (std::getline(in, line)) {
@@ -991,12 +992,19 @@ double cpu_43_ms(int rows) {
   return rows <= 8 ? kMs[rows] : 83.9 + 9.0 * (rows - 8);
 }
 
-TEST(SpecPolicyTest, CpuCodeAnswersAtEveryPositionKeepNearTheBestFixedTree) {
-  const auto texts = position_orders();
-  ASSERT_EQ(texts.size(), 16u);
-  std::vector<bool> warm(17, true);  // a CPU captures nothing
+// Replayed answers at the CPU's costs (cpu_43_ms, an 8 ms draft, 128 tokens each): every fixed
+// budget 1-7, the best of them, and --spec auto with one policy carried over the answers and a
+// fresh one for each, with the carried policy's drafted passes by budget.
+struct CpuReplay {
   double best = 0;
   int best_budget = 0;
+  BudgetRun carried, fresh;
+  std::vector<int> by_budget = std::vector<int>(8, 0);
+};
+
+CpuReplay replay_on_cpu(const std::vector<std::vector<std::vector<int32_t>>>& texts) {
+  CpuReplay out;
+  std::vector<bool> warm(17, true);  // a CPU captures nothing
   for (int n = 1; n <= 7; ++n) {
     BudgetRun fixed_run;
     for (const auto& text : texts) {
@@ -1005,34 +1013,56 @@ TEST(SpecPolicyTest, CpuCodeAnswersAtEveryPositionKeepNearTheBestFixedTree) {
       fixed_run.tokens += f.tokens, fixed_run.ms += f.ms;
     }
     std::printf("fixed %d: %.3fx plain\n", n, fixed_run.rate() * cpu_43_ms(1));
-    if (fixed_run.rate() > best) best = fixed_run.rate(), best_budget = n;
+    if (fixed_run.rate() > out.best) out.best = fixed_run.rate(), out.best_budget = n;
   }
-  BudgetRun carried_run, fresh_run;
   SpecPolicy carried(/*adaptive=*/true, /*budget_trees=*/true, PassCosts::cpu());
-  std::vector<int> by_budget(8, 0);
   for (size_t i = 0; i < texts.size(); ++i) {
     if (i > 0) carried.new_text();
     const BudgetRun r = replay_positions(carried, texts[i], warm, cpu_43_ms, 8.0, 128);
-    for (int b : r.budgets) ++by_budget[std::min(b, 7)];
-    carried_run.tokens += r.tokens, carried_run.ms += r.ms;
+    for (int b : r.budgets) ++out.by_budget[std::min(b, 7)];
+    out.carried.tokens += r.tokens, out.carried.ms += r.ms;
     SpecPolicy fresh(/*adaptive=*/true, /*budget_trees=*/true, PassCosts::cpu());
     const BudgetRun f = replay_positions(fresh, texts[i], warm, cpu_43_ms, 8.0, 128);
-    fresh_run.tokens += f.tokens, fresh_run.ms += f.ms;
+    out.fresh.tokens += f.tokens, out.fresh.ms += f.ms;
   }
   std::printf(
       "best fixed tree %d nodes %.3fx plain; --spec auto carried %.3fx (%.3f of it), fresh "
       "%.3fx (%.3f); carried passes by budget 1-7:",
-      best_budget, best * cpu_43_ms(1), carried_run.rate() * cpu_43_ms(1),
-      carried_run.rate() / best, fresh_run.rate() * cpu_43_ms(1), fresh_run.rate() / best);
-  for (int b = 1; b <= 7; ++b) std::printf(" %d", by_budget[b]);
+      out.best_budget, out.best * cpu_43_ms(1), out.carried.rate() * cpu_43_ms(1),
+      out.carried.rate() / out.best, out.fresh.rate() * cpu_43_ms(1), out.fresh.rate() / out.best);
+  for (int b = 1; b <= 7; ++b) std::printf(" %d", out.by_budget[b]);
   std::printf("\n");
+  return out;
+}
+
+TEST(SpecPolicyTest, CpuCodeAnswersAtEveryPositionKeepNearTheBestFixedTree) {
+  const auto texts = position_orders();
+  ASSERT_EQ(texts.size(), 16u);
+  const CpuReplay r = replay_on_cpu(texts);
   // Session 44: carried 0.964, fresh 0.928; session 45 (the first drafted pass in the
-  // episode's rate, one node more explored): 0.979 and 0.943. The real CPU runs lose more: one
-  // pass's time there is noisy (the first 3-row pass of a fresh process 39-55 ms, later ones
-  // ~38), which this replay does not model.
-  EXPECT_EQ(best_budget, 3);
-  EXPECT_GE(carried_run.rate(), 0.96 * best);
-  EXPECT_GE(fresh_run.rate(), 0.93 * best);
+  // episode's rate, one node more explored): 0.979 and 0.943; session 46 (the one-node probe
+  // after a text's opening stopped): 0.976 and 0.943. The real CPU runs lose more: one pass's
+  // time there is noisy (the first 3-row pass of a fresh process 39-55 ms, later ones ~38),
+  // which this replay does not model.
+  EXPECT_EQ(r.best_budget, 3);
+  EXPECT_GE(r.carried.rate(), 0.96 * r.best);
+  EXPECT_GE(r.fresh.rate(), 0.93 * r.best);
+}
+
+// The 6 grounded-editing answers of session 46's H200 window at every position
+// (tests/data/h200_grounded_position_orders.txt), at the same CPU costs. An answer copies much
+// of its prompt, but its opening sentence drafts poorly: the first answer's first passes
+// accepted nothing at 1 and 2 nodes, drafting stopped, and the probe gate kept the rest of it
+// plain.
+TEST(SpecPolicyTest, CpuGroundedAnswersAtEveryPositionKeepNearTheBestFixedTree) {
+  const auto texts = position_orders("h200_grounded_position_orders.txt");
+  ASSERT_EQ(texts.size(), 6u);
+  const CpuReplay r = replay_on_cpu(texts);
+  // Session 46: carried 0.896, fresh 0.898; with the one-node probe after a text's opening
+  // stopped (SpecPolicy::opening_probe_): 0.944 and 0.935.
+  EXPECT_EQ(r.best_budget, 3);
+  EXPECT_GE(r.carried.rate(), 0.93 * r.best);
+  EXPECT_GE(r.fresh.rate(), 0.92 * r.best);
 }
 
 // Passes that accept nothing at first (bad luck, or the first passes' cold graphs) do not keep
