@@ -268,9 +268,7 @@ DraftSize SpecPolicy::next(int max_budget, int max_depth) {
         std::max(0.0, gain_ms_) + kEarlierGainShare * std::max(0.0, earlier_gain_ms_);
     if (probe_cost > kProbeShare * plain_ms_since_probe_ + gains) return {};
     // The probe after a text's opening stopped (record()) is the cheapest tree, one node.
-    if (opening_probe_) {
-      opening_probe_ = false;
-      opening_probe_in_flight_ = true;
+    if (opening_stopped()) {
       plain_passes_since_probe_ = 0;
       plain_ms_since_probe_ = 0;
       probe_gap_ = std::min(2 * probe_gap_, kMaxProbeGap);
@@ -348,7 +346,6 @@ void SpecPolicy::new_text() {
   drafting_ = true;
   new_text_grace_ = kNewTextGrace;
   opening_ = true;
-  opening_probe_ = false;
   previous_plain_ = true;
   plain_passes_since_probe_ = 0;
   drafted_since_plain_ = 0;
@@ -500,10 +497,7 @@ void SpecPolicy::record(const PassRecord& measured) {
   // A probe starts a new episode; what it loses against plain passes, catch-up aside (next()
   // predicts that from the tokens missed), decides how long the next probe waits.
   if (!drafting_) start_episode();
-  if (opening_probe_in_flight_) {
-    strict_episode_ = true;
-    opening_probe_in_flight_ = false;
-  }
+  if (opening_stopped()) strict_episode_ = true;  // the probe next() gave after the opening
   const double pass_loss = pass.pass_ms + draft_ms - pass.tokens_emitted * pass_ms(1);
   episode_loss_ms_ += pass_loss;
   episode_worst_loss_ms_ = std::max(episode_worst_loss_ms_, pass_loss);
@@ -538,7 +532,6 @@ void SpecPolicy::record(const PassRecord& measured) {
                          episode_loss_ms_ <= kUndecidedLoss * pass_ms(1) && !strict_episode_;
   if (pays && !drafting_) probe_gap_ = kFirstProbe;
   if (pays || !drafting_) opening_ = false;
-  if (pays) opening_probe_ = false;
   if (!pays && !undecided) {
     // The episode (or the probe) failed: the next probe waits until its loss is a small share.
     if (drafting_) plain_ms_since_probe_ = 0;
@@ -565,7 +558,6 @@ void SpecPolicy::record(const PassRecord& measured) {
     // never pays it costs one one-node pass per text.
     if (strict_episode_) probe_cost_ms_ = std::max(probe_cost_ms_, opening_cost_ms_);
     if (opening_ && budget_trees_ && costs_.cautious_start) {
-      opening_probe_ = true;
       opening_cost_ms_ = probe_cost_ms_;
       probe_cost_ms_ =
           std::min(probe_cost_ms_, std::max(0.0, pass_ms(2) + draft_cost(1) - pass_ms(1)));

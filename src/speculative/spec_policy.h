@@ -202,6 +202,11 @@ class SpecPolicy {
   DraftSize explore_budgets(DraftSize best, int max_budget, int max_depth);
   // acceptance(d, chain) for d = 1..depth in one walk over the counts.
   std::vector<double> acceptance_curve(int depth, bool chain) const;
+  // Drafting stopped during the text's opening, on a CPU, for budget trees: the next probe is
+  // the one-node probe of record()'s opening rule.
+  bool opening_stopped() const {
+    return !drafting_ && opening_ && budget_trees_ && costs_.cautious_start;
+  }
   // Whether the count's figure was kept within the last kStalePasses recorded passes.
   bool pass_fresh(int rows) const;
   // Both shapes' decayed acceptance counts times `factor` (per-pass forgetting, a new text).
@@ -257,12 +262,10 @@ class SpecPolicy {
   double plain_ms_since_probe_ = 0;  // plain pass time since drafting stopped or the last probe
   int new_text_grace_ = 0;           // drafted passes of a new text not judged yet
   // A text's opening: no episode of it has paid or stopped yet. The probe after the opening
-  // stopped (opening_probe_: due; ..._in_flight_: the pass being recorded) is one node, and its
-  // episode is strict (kClearWin to start, no undecided passes); opening_cost_ms_ is the
-  // opening's own probe price, which stands again if that probe fails.
+  // stopped (opening_stopped()) is one node, and its episode is strict (kClearWin to start, no
+  // undecided passes); opening_cost_ms_ is the opening's own probe price, which stands again if
+  // that probe fails.
   bool opening_ = true;
-  bool opening_probe_ = false;
-  bool opening_probe_in_flight_ = false;
   bool strict_episode_ = false;
   double opening_cost_ms_ = 0;
 };
