@@ -74,7 +74,12 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # Session 25 continued that on seed-2 prompts: QINIT=2 QMINUTES=9.5 QPASSES=12, 20.2 GPU minutes.
 # QPROFILE=N: torch.profiler's table over N of the drafter's steps, in the run's log (with
 # QMAXPROMPTS=N, N training prompts only: a short run for the profile). QLOSSVOCAB=N: the loss over
-# the N best-ranked ids only (train.py --loss-vocab; session 45, not yet run on the GPU).
+# the N best-ranked ids only (train.py --loss-vocab; session 45, first run in session 47).
+# Session 47, from scratch on the kept continuations of sessions 33, 35 and 41 (no generation):
+# QMINUTES=12 QPASSES=12 QLOSSVOCAB=32768 QPROFILE=10, 17.3 GPU minutes, 37 ms a step (19251
+# steps). QCOMPILE=1: train.py --compile (torch.compile of the step); QFP8=1: --feature-fp8 (float8
+# features: with QFEATGB=130 the same data in one shard); QGENCOMPILE=1: --gen-compile (generation's
+# decode step compiled). None has run on the GPU yet.
 # QLAYERS / QTLAYERS set the qwen drafter's layers and target layers; with QINIT, QGROW=1 grows the
 # shipped drafter to them (train.py --grow: it starts as the shipped function).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
@@ -84,7 +89,7 @@ start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2
   --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers ${QTLAYERS:-2,13,24} --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS} ${QPROFILE:+--profile-steps $QPROFILE} ${QMAXPROMPTS:+--max-prompts $QMAXPROMPTS} \
-  ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} $init_args
+  ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} ${QCOMPILE:+--compile} ${QFP8:+--feature-fp8} ${QGENCOMPILE:+--gen-compile} $init_args
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
 # its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
 start qwen2.5-coder-0.5b $W/qwen2.5-coder-0.5b.gguf 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ${PPIECES:-9} p "${PGPU:-}" \

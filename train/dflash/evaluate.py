@@ -9,8 +9,9 @@ node's token (adapted logits, renormalized over the top_k and scaled to the marg
 
 import heapq
 
-import numpy as np
 import torch
+
+from features import compute_features
 
 BUDGETS = (8, 16, 32, 64)
 
@@ -52,8 +53,6 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
     part. With walk (stride 1): tau as decoding sees it, a walk from the prompt's end that jumps
     past what each pass accepts, so only the positions a decoder visits count (those after a
     rejection are harder than the average anchor, so this is the lower, truer figure)."""
-    from train import compute_features  # noqa: avoid a cycle at import time
-
     B = cfg["block_size"]
     stride = 1 if walk else stride
     stats = {}

@@ -106,12 +106,6 @@ class Target(torch.nn.Module):
             self.layers.append(L)
         self.rope = rope_neox if gw.arch == "qwen2" else rope_norm
 
-    def _attn_proj(self, L, h):
-        q, k, v = h @ L["q"].T, h @ L["k"].T, h @ L["v"].T
-        if L["qb"] is not None:
-            q, k, v = q + L["qb"], k + L["kb"], v + L["vb"]
-        return q, k, v
-
     @torch.no_grad()
     def forward(self, ids, pos, key_mask, capture, upto=None):
         """ids/pos [N, T], key_mask [N, T] bool (False = padding). Causal. Returns {layer: [N,T,E]}
@@ -126,25 +120,60 @@ class Target(torch.nn.Module):
         last = hp.n_layer if upto is None else upto + 1
         for i in range(last):
             L = self.layers[i]
-            h = rms(x, L["an"], hp.rms_eps)
-            q, k, v = self._attn_proj(L, h)
-            q = self.rope(q.view(N, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
-            k = self.rope(k.view(N, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
-            v = v.view(N, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+            q, k, v = self._pre_attn(x, L["an"], L["q"], L["k"], L["v"], L["qb"], L["kb"], L["vb"], cos, sin)
             a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, enable_gqa=True)
-            x = x + a.transpose(1, 2).reshape(N, T, -1) @ L["o"].T
-            h = rms(x, L["fn"], hp.rms_eps)
-            x = x + (F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["d"].T
+            x = self._post_attn(x, a, L["o"], L["fn"], L["g"], L["u"], L["d"])
             if i in capture:
                 out[i] = x
         if upto is None:
             out["final"] = rms(x, self.out_norm, hp.rms_eps)
         return out
 
+    def _pre_attn(self, x, an, wq, wk, wv, qb, kb, vb, cos, sin):
+        """A layer up to its attention: q [n,H,T,D] and k, v [n,Hk,T,D], RoPE applied."""
+        hp = self.hp
+        n, T = x.shape[:2]
+        h = rms(x, an, hp.rms_eps)
+        q, k, v = h @ wq.T, h @ wk.T, h @ wv.T
+        if qb is not None:
+            q, k, v = q + qb, k + kb, v + vb
+        q = self.rope(q.view(n, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
+        k = self.rope(k.view(n, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
+        return q, k, v.view(n, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+
+    def _post_attn(self, x, a, wo, fn, wg, wu, wd):
+        """The rest of a layer after its attention a [n,H,T,D]."""
+        n, T = x.shape[:2]
+        x = x + a.transpose(1, 2).reshape(n, T, -1) @ wo.T
+        h = rms(x, fn, self.hp.rms_eps)
+        return x + (F.silu(h @ wg.T) * (h @ wu.T)) @ wd.T
+
+    def _head(self, x):
+        return (rms(x[:, -1], self.out_norm, self.hp.rms_eps) @ self.lm_head.T).argmax(-1)
+
+    def _compiled(self):
+        """The decode step's pieces through torch.compile (train.py --gen-compile): eager generation
+        runs ~50 small kernels a layer a step, each launched from Python; compiled, a layer is two
+        calls of fused kernels around the attention and its cache writes."""
+        if not hasattr(self, "_fns"):
+            self._fns = tuple(torch.compile(f, dynamic=True) for f in (self._pre_attn, self._post_attn, self._head))
+        return self._fns
+
     @torch.no_grad()
-    def generate(self, prompts, max_new, eos):
+    def generate(self, prompts, max_new, eos, compiled=False):
         """Greedy continuation of a batch of token-id lists (left-padded). Returns the new ids per
-        prompt, cut after the first EOS (EOS included)."""
+        prompt, cut after the first EOS (EOS included). compiled: the step's pieces through
+        torch.compile, and if compiling fails, the eager ones from then on."""
+        if compiled and not getattr(self, "_compile_failed", False):
+            try:
+                return self._generate(prompts, max_new, eos, *self._compiled())
+            except Exception as e:  # noqa: BLE001 -- any compiler failure: generate uncompiled
+                print(f"generate: torch.compile failed ({type(e).__name__}: {str(e)[:300]}); eager from here on",
+                      flush=True)
+                self._compile_failed = True
+        return self._generate(prompts, max_new, eos, self._pre_attn, self._post_attn, self._head)
+
+    def _generate(self, prompts, max_new, eos, pre_attn, post_attn, head):
         hp, dev = self.hp, self.device
         N = len(prompts)
         P = max(len(p) for p in prompts)
@@ -171,19 +200,13 @@ class Target(torch.nn.Module):
             mask = (kpos[None, :] <= qpos[:, None])[None] & valid[:, None, : start + T]
             mask = mask[:, None]
             for i, L in enumerate(self.layers):
-                h = rms(x, L["an"], hp.rms_eps)
-                q, k, v = self._attn_proj(L, h)
-                n = x.shape[0]
-                q = self.rope(q.view(n, T, hp.n_head, hp.head_dim), cos, sin).transpose(1, 2)
-                kc[i][:, :, start:start + T] = self.rope(k.view(n, T, hp.n_head_kv, hp.head_dim), cos, sin).transpose(1, 2)
-                vc[i][:, :, start:start + T] = v.view(n, T, hp.n_head_kv, hp.head_dim).transpose(1, 2)
+                q, k, v = pre_attn(x, L["an"], L["q"], L["k"], L["v"], L["qb"], L["kb"], L["vb"], cos, sin)
+                kc[i][:, :, start:start + T] = k
+                vc[i][:, :, start:start + T] = v
                 a = F.scaled_dot_product_attention(q, kc[i][:, :, :start + T], vc[i][:, :, :start + T],
                                                    attn_mask=mask, enable_gqa=True)
-                x = x + a.transpose(1, 2).reshape(n, T, -1) @ L["o"].T
-                h = rms(x, L["fn"], hp.rms_eps)
-                x = x + (F.silu(h @ L["g"].T) * (h @ L["u"].T)) @ L["d"].T
-            y = rms(x[:, -1], self.out_norm, hp.rms_eps)
-            nxt = (y @ self.lm_head.T).float().argmax(-1)
+                x = post_attn(x, a, L["o"], L["fn"], L["g"], L["u"], L["d"])
+            nxt = head(x)  # argmax of the bf16 logits: a float copy changes no order
             out[rows, step] = torch.where(done, torch.zeros_like(nxt), nxt)
             done = done | torch.isin(nxt, eos_t)
             if step == max_new - 1:

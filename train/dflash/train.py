@@ -22,10 +22,12 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from compiled import Compiled  # noqa: E402
 from corpus import load_prompts, write_generated  # noqa: E402
 import grow as grow_mod  # noqa: E402
 from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
 from evaluate import evaluate  # noqa: E402
+from features import FeatureStore, compute_features, feature_bytes, shards_of  # noqa: E402
 from target import GGUFWeights, Target  # noqa: E402
 from token_ranks import token_ranks, write_token_ranks  # noqa: E402
 
@@ -126,7 +128,7 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
+def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False):
     """Greedy answers, prompts sorted by length; a batch holds at most `batch` rows and, when tokens
     > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)) and tokens/4 prefill
     positions (rows x longest prompt): long prompts get fewer rows."""
@@ -142,10 +144,14 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0):
                 break
             e += 1
         idx = order[s:e]
-        gen = tg.generate([prompts[i]["ids"] for i in idx], max_new, eos)
+        t0 = time.time()
+        gen = tg.generate([prompts[i]["ids"] for i in idx], max_new, eos, compiled=compiled)
         for i, g in zip(idx, gen):
             out[i] = g
-        log(f"generated {e}/{len(order)} (batch of {len(idx)})")
+        # Per batch, so that a run tells where generation's time goes (rows against prompt length).
+        dt, new = time.time() - t0, sum(len(g) for g in gen)
+        log(f"generated {e}/{len(order)} (batch of {len(idx)}, prompts up to {len(prompts[idx[-1]]['ids'])} "
+            f"tokens, {new} new tokens in {dt:.1f}s: {new / max(dt, 1e-9):.0f} tok/s)")
         s = e
     return out
 
@@ -198,12 +204,13 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
     to bf16 rounding)."""
     N, k = args.gen_parts, args.gen_part
     if N <= 1:
-        return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens)
+        return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens, args.gen_compile)
     if not 0 <= k < N:
         raise SystemExit(f"error: --gen-part {k} is outside [0, {N})")
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]["ids"]), i))
     mine = order[k::N]
-    got = generate_data(tg, [prompts[i] for i in mine], args.max_new, args.gen_batch, eos, args.gen_tokens)
+    got = generate_data(tg, [prompts[i] for i in mine], args.max_new, args.gen_batch, eos, args.gen_tokens,
+                        args.gen_compile)
     path = f"{gen_path}.part{k}"
     json.dump({"idx": mine, "gen": got}, open(path + ".tmp", "w"))
     os.replace(path + ".tmp", path)
@@ -226,75 +233,6 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
     if missing:
         raise SystemExit(f"error: {missing} prompts have no generation: were the parts run with other data?")
     return out
-
-
-def pad_batch(seqs, dev):
-    T = max(len(s) for s in seqs)
-    ids = torch.zeros(len(seqs), T, dtype=torch.long, device=dev)
-    for n, s in enumerate(seqs):
-        ids[n, :len(s)] = torch.tensor(s, device=dev)
-    return ids
-
-
-def compute_features(tg, seqs, layers, batch, dev):
-    """bf16 [N, Tmax, k*E] features of every sequence (zero past its end)."""
-    T = max(len(s) for s in seqs)
-    E = tg.hp.n_embd
-    feats = torch.zeros(len(seqs), T, len(layers) * E, dtype=torch.bfloat16, device=dev)
-    for s in range(0, len(seqs), batch):
-        chunk = seqs[s:s + batch]
-        ids = pad_batch(chunk, dev)
-        n, t = ids.shape
-        km = torch.arange(t, device=dev)[None] < torch.tensor([len(x) for x in chunk], device=dev)[:, None]
-        o = tg(ids, torch.arange(t, device=dev).expand(n, t), km, set(layers), upto=max(layers))
-        feats[s:s + n, :t] = torch.cat([o[l] for l in layers], -1)
-    return feats
-
-
-class FeatureStore:
-    """Features of a set of training sequences, packed without padding ([sum of lengths, k*E] bf16)
-    so that 20000 sequences fit; a larger set is trained on in shards (features recomputed per
-    shard and pass, see shards_of)."""
-
-    def __init__(self, tg, seqs, layers, dev, tokens_per_batch=64 * 512):
-        self.tg, self.seqs, self.layers, self.dev, self.tpb = tg, seqs, layers, dev, tokens_per_batch
-        self.key, self.flat = None, None
-
-    def load(self, idx):
-        key = tuple(idx)
-        if key == self.key:
-            return 0.0
-        t0 = time.time()
-        self.key, self.flat = None, None
-        lens = [len(self.seqs[i]) for i in idx]
-        self.off = torch.tensor([0] + list(np.cumsum(lens)[:-1]), device=self.dev)
-        self.lens = torch.tensor(lens, device=self.dev)
-        self.pos = {i: n for n, i in enumerate(idx)}
-        self.flat = torch.empty(sum(lens), len(self.layers) * self.tg.hp.n_embd, dtype=torch.bfloat16, device=self.dev)
-        order = sorted(range(len(idx)), key=lambda n: lens[n])  # similar lengths together: little padding
-        s = 0
-        while s < len(order):
-            e = s + 1
-            while e < len(order) and (e - s + 1) * lens[order[e]] <= self.tpb:
-                e += 1
-            chunk = order[s:e]
-            f = compute_features(self.tg, [self.seqs[idx[n]] for n in chunk], self.layers, len(chunk), self.dev)
-            for r, n in enumerate(chunk):
-                o = int(self.off[n])
-                self.flat[o:o + lens[n]] = f[r, :lens[n]]
-            s = e
-        if self.dev == "cuda":
-            torch.cuda.synchronize()
-        self.key = key
-        return time.time() - t0
-
-    def batch(self, sel, T):
-        """[n, T, k*E] for the given sequence indices (T at least their longest; rows past a
-        sequence's end repeat its last row and are never attended: contexts end before the anchor)."""
-        rows = torch.tensor([self.pos[i] for i in sel], device=self.dev)
-        L = self.lens[rows]
-        at = self.off[rows, None] + torch.minimum(torch.arange(T, device=self.dev)[None], L[:, None] - 1)
-        return self.flat[at]
 
 
 class StepProfiler:
@@ -338,24 +276,16 @@ class StepProfiler:
             self.prof = None
 
 
-def shards_of(tr, seqs, n_feat, feature_gb, rng):
-    """The training indices in shards whose packed features fit in feature_gb (one shard when all fit)."""
-    total = sum(len(seqs[i]) for i in tr) * n_feat * 2 / 1e9
-    k = max(1, math.ceil(total / feature_gb))
-    order = list(tr)
-    if k > 1:
-        rng.shuffle(order)
-    return [sorted(order[j::k]) for j in range(k)], total
-
-
 def padded_len(n, multiple):
     """n rounded up to a multiple of `multiple` (--pad-multiple). H200, session 46's profile of
     the 1.5B's drafter steps: 143 ms a step for 49 ms of device time, and cuDNN's attention took
     20 ms of host time a layer forward and 25 ms backward. cuDNN builds (and caches) an execution
     plan per shape, and a step's attention shapes follow its batch's longest sequence, which
-    differed nearly every step; rounded lengths repeat, so their plans are built once (not yet
-    measured). The padded positions are masked (contexts end before the anchor, labels past a
-    sequence's end are not counted), so the loss is the unpadded one."""
+    differed nearly every step; rounded lengths repeat, so their plans are built once. Session
+    47 (with --loss-vocab 32768): 37 ms a step over a whole run (19251 steps in 720 s; the runs of
+    sessions 23-35, unpadded, ~62 ms), the profile's steps at 35 ms for 29.6 ms of device time.
+    The padded positions are masked (contexts end before the anchor, labels past a sequence's end
+    are not counted), so the loss is the unpadded one."""
     return -(-n // multiple) * multiple
 
 
@@ -419,7 +349,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     taking turns every pass, which recomputes every shard's features every pass (~75 s a shard
     for the 1.5B). on_step (optional) is called after every step. Returns curve, steps, step seconds,
     feature seconds, epochs."""
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01)
+    # fused: one kernel for every tensor's update (the H200 profile: 1.5 ms a step unfused).
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.01, fused=params[0].is_cuda)
     per_shard = steps_per_shard or [max(1, len(s) // batch) for s in shards]
     total = max(1, round(passes * sum(per_shard)))
     # The schedule's fraction at which each shard hands over (shards_once): its share of the steps.
@@ -493,6 +424,8 @@ def main():
     ap.add_argument("--minutes", type=float, default=0, help="cap on drafter training minutes (0: none)")
     ap.add_argument("--adapter-minutes", type=float, default=0, help="cap on adapter training minutes (0: none)")
     ap.add_argument("--feature-gb", type=float, default=40.0, help="GPU memory for training features; more: shards")
+    ap.add_argument("--feature-fp8", action="store_true",
+                    help="features kept as float8 with a scale per token and layer (half of bf16's memory)")
     ap.add_argument("--shards-per-pass", action="store_true",
                     help="with several shards, take turns every pass (recomputing each shard's features every pass) "
                          "instead of computing each shard once and giving it its share of the steps in a row")
@@ -502,6 +435,8 @@ def main():
     ap.add_argument("--max-new", type=int, default=320)
     ap.add_argument("--gen-batch", type=int, default=256, help="rows per generation batch, at most")
     ap.add_argument("--gen-tokens", type=int, default=0, help="KV positions per generation batch, at most (0: no cap)")
+    ap.add_argument("--gen-compile", action="store_true",
+                    help="generation's decode step through torch.compile (eager if it fails)")
     ap.add_argument("--gen-gpus", default="",
                     help="more GPUs for the generation (CUDA_VISIBLE_DEVICES values, comma-separated): "
                          "this process starts one helper part on each (see generate_parts)")
@@ -529,6 +464,8 @@ def main():
                     help="a batch's length rounded up to a multiple of this (1: its longest sequence)")
     ap.add_argument("--profile-steps", type=int, default=0,
                     help="torch.profiler over this many drafter steps (after 33), its table in the log")
+    ap.add_argument("--compile", action="store_true",
+                    help="the drafter's training forward and loss through torch.compile (eager if it fails)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     if args.pad_multiple < 1:
@@ -625,15 +562,15 @@ def main():
            "adapter": {"n_hidden": args.adapter_hidden, "top_k": 8}}
     log("config", json.dumps(cfg))
 
-    E_feat = len(layers) * gw.n_embd
     # Shards of the whole training set over every rank's memory; rank r holds every world-th
     # sequence of each, and all ranks take the steps of the smallest share.
-    shards, feat_gb = shards_of(tr, seqs, E_feat, args.feature_gb * ranks.world, random.Random(args.seed + 3))
+    shards, feat_gb = shards_of(tr, seqs, feature_bytes(len(layers), gw.n_embd, args.feature_fp8),
+                                args.feature_gb * ranks.world, random.Random(args.seed + 3))
     steps_per_shard = [max(1, len(sh) // ranks.world // args.batch) for sh in shards]
     shards = [sh[ranks.rank::ranks.world] for sh in shards]
     log(f"{len(tr)} training sequences, {sum(len(seqs[i]) for i in tr)} tokens, features {feat_gb:.1f} GB "
         f"in {len(shards)} shard(s)" + (f" over {ranks.world} ranks" if ranks.world > 1 else ""))
-    store = FeatureStore(tg, seqs, layers, dev)
+    store = FeatureStore(tg, seqs, layers, dev, fp8=args.feature_fp8)
     t_feat = store.load(shards[0])
     log(f"features of shard 0 in {t_feat:.0f}s")
     lens_all = torch.tensor([len(s) for s in seqs], device=dev)
@@ -663,13 +600,17 @@ def main():
         anchors = torch.tensor(sample_anchors(L.tolist(), [plens[s] for s in sel], args.anchors, B, grng), device=dev)
         return store.batch(sel, T), ids, L, anchors
 
-    def drafter_step(sel):
-        f, ids, L, anchors = batch_of(sel)
+    def forward_loss(f, ids, L, anchors):
         with ac:
             y = d.train_forward(f, ids, anchors, embd)
             return block_loss(y, lm_head, ids, L, anchors, B, weights, vocab=loss_vocab)
 
     params = [p for p in d.p.values()]
+    forward = Compiled(forward_loss, params, log) if args.compile else forward_loss
+
+    def drafter_step(sel):
+        return forward(*batch_of(sel))
+
     prof = StepProfiler(args.profile_steps) if args.profile_steps > 0 else None
     curve, steps, secs, fsecs, epochs = train_phase("drafter", params, args.passes, args.lr, store, shards, args.batch,
                                                     drafter_step, 50, grng, args.minutes, ranks=ranks,

@@ -1,0 +1,123 @@
+"""The target's hidden states at the drafter's layers ("features"), computed once per shard and
+kept on the GPU while the drafter trains on them.
+
+--feature-fp8 keeps them as float8 (e4m3) with a scale per token and layer: half the memory of
+bf16, so session 47's 99k sequences (251 GB in bf16, three shards that each took its passes in
+a row) fit one shard and every pass draws from all of them. e4m3 keeps ~3 significant bits at
+any magnitude, which the per-token scale puts in range (the target's hidden states hold a few
+channels hundreds of times larger than the rest)."""
+
+import math
+import time
+
+import numpy as np
+import torch
+
+FP8_MAX = 448.0  # the largest finite float8_e4m3fn
+
+
+def pad_batch(seqs, dev):
+    T = max(len(s) for s in seqs)
+    ids = torch.zeros(len(seqs), T, dtype=torch.long, device=dev)
+    for n, s in enumerate(seqs):
+        ids[n, :len(s)] = torch.tensor(s, device=dev)
+    return ids
+
+
+def compute_features(tg, seqs, layers, batch, dev):
+    """bf16 [N, Tmax, k*E] features of every sequence (zero past its end)."""
+    T = max(len(s) for s in seqs)
+    E = tg.hp.n_embd
+    feats = torch.zeros(len(seqs), T, len(layers) * E, dtype=torch.bfloat16, device=dev)
+    for s in range(0, len(seqs), batch):
+        chunk = seqs[s:s + batch]
+        ids = pad_batch(chunk, dev)
+        n, t = ids.shape
+        km = torch.arange(t, device=dev)[None] < torch.tensor([len(x) for x in chunk], device=dev)[:, None]
+        o = tg(ids, torch.arange(t, device=dev).expand(n, t), km, set(layers), upto=max(layers))
+        feats[s:s + n, :t] = torch.cat([o[l] for l in layers], -1)
+    return feats
+
+
+def to_fp8(f, k):
+    """[..., k*E] bf16 -> (float8_e4m3fn [..., k*E], float32 scales [..., k]), one scale per layer's E."""
+    g = f.float().unflatten(-1, (k, -1))
+    scale = (g.abs().amax(-1) / FP8_MAX).clamp(min=1e-12)
+    return (g / scale[..., None]).to(torch.float8_e4m3fn).flatten(-2), scale
+
+
+def from_fp8(q, scale, k):
+    return (q.unflatten(-1, (k, -1)).to(torch.bfloat16) * scale[..., None].to(torch.bfloat16)).flatten(-2)
+
+
+def feature_bytes(k, E, fp8):
+    """Bytes a token's features take in the store."""
+    return k * E + 4 * k if fp8 else 2 * k * E
+
+
+class FeatureStore:
+    """Features of a set of training sequences, packed without padding ([sum of lengths, k*E], bf16
+    or float8 with scales) so that tens of thousands of sequences fit; a larger set is trained on in
+    shards (see shards_of)."""
+
+    def __init__(self, tg, seqs, layers, dev, tokens_per_batch=64 * 512, fp8=False):
+        self.tg, self.seqs, self.layers, self.dev, self.tpb = tg, seqs, layers, dev, tokens_per_batch
+        self.fp8, self.k = fp8, len(layers)
+        self.key, self.flat, self.scale = None, None, None
+
+    def load(self, idx):
+        key = tuple(idx)
+        if key == self.key:
+            return 0.0
+        t0 = time.time()
+        self.key, self.flat, self.scale = None, None, None
+        lens = [len(self.seqs[i]) for i in idx]
+        self.off = torch.tensor([0] + list(np.cumsum(lens)[:-1]), device=self.dev)
+        self.lens = torch.tensor(lens, device=self.dev)
+        self.pos = {i: n for n, i in enumerate(idx)}
+        width = self.k * self.tg.hp.n_embd
+        dtype = torch.float8_e4m3fn if self.fp8 else torch.bfloat16
+        self.flat = torch.empty(sum(lens), width, dtype=dtype, device=self.dev)
+        if self.fp8:
+            self.scale = torch.empty(sum(lens), self.k, dtype=torch.float32, device=self.dev)
+        order = sorted(range(len(idx)), key=lambda n: lens[n])  # similar lengths together: little padding
+        s = 0
+        while s < len(order):
+            e = s + 1
+            while e < len(order) and (e - s + 1) * lens[order[e]] <= self.tpb:
+                e += 1
+            chunk = order[s:e]
+            f = compute_features(self.tg, [self.seqs[idx[n]] for n in chunk], self.layers, len(chunk), self.dev)
+            if self.fp8:
+                q, sc = to_fp8(f, self.k)
+            for r, n in enumerate(chunk):
+                o = int(self.off[n])
+                if self.fp8:
+                    self.flat[o:o + lens[n]] = q[r, :lens[n]]
+                    self.scale[o:o + lens[n]] = sc[r, :lens[n]]
+                else:
+                    self.flat[o:o + lens[n]] = f[r, :lens[n]]
+            s = e
+        if self.dev == "cuda":
+            torch.cuda.synchronize()
+        self.key = key
+        return time.time() - t0
+
+    def batch(self, sel, T):
+        """bf16 [n, T, k*E] for the given sequence indices (T at least their longest; rows past a
+        sequence's end repeat its last row and are never attended: contexts end before the anchor)."""
+        rows = torch.tensor([self.pos[i] for i in sel], device=self.dev)
+        L = self.lens[rows]
+        at = self.off[rows, None] + torch.minimum(torch.arange(T, device=self.dev)[None], L[:, None] - 1)
+        return from_fp8(self.flat[at], self.scale[at], self.k) if self.fp8 else self.flat[at]
+
+
+def shards_of(tr, seqs, token_bytes, feature_gb, rng):
+    """The training indices in shards whose packed features fit in feature_gb (one shard when all
+    fit), and the features' total GB."""
+    total = sum(len(seqs[i]) for i in tr) * token_bytes / 1e9
+    k = max(1, math.ceil(total / feature_gb))
+    order = list(tr)
+    if k > 1:
+        rng.shuffle(order)
+    return [sorted(order[j::k]) for j in range(k)], total
