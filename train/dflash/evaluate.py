@@ -120,7 +120,7 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
             else:
                 st[key] = round(st[key] / n, 3)
         total["n"] += n
-    for key in keys:
+    for key in keys if total["n"] else ():  # no sequence long enough for an anchor: nothing to pool
         total[key] = round(total[key] / (total.pop("passes_" + key) if walk else total["n"]), 3)
     stats["all"] = total
     return stats

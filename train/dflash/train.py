@@ -564,14 +564,28 @@ def main():
 
     # Shards of the whole training set over every rank's memory; rank r holds every world-th
     # sequence of each, and all ranks take the steps of the smallest share.
-    shards, feat_gb = shards_of(tr, seqs, feature_bytes(len(layers), gw.n_embd, args.feature_fp8),
-                                args.feature_gb * ranks.world, random.Random(args.seed + 3))
-    steps_per_shard = [max(1, len(sh) // ranks.world // args.batch) for sh in shards]
-    shards = [sh[ranks.rank::ranks.world] for sh in shards]
-    log(f"{len(tr)} training sequences, {sum(len(seqs[i]) for i in tr)} tokens, features {feat_gb:.1f} GB "
-        f"in {len(shards)} shard(s)" + (f" over {ranks.world} ranks" if ranks.world > 1 else ""))
-    store = FeatureStore(tg, seqs, layers, dev, fp8=args.feature_fp8)
-    t_feat = store.load(shards[0])
+    feature_gb, store = args.feature_gb, None
+    while store is None:
+        shards, feat_gb = shards_of(tr, seqs, feature_bytes(len(layers), gw.n_embd, args.feature_fp8),
+                                    feature_gb * ranks.world, random.Random(args.seed + 3))
+        steps_per_shard = [max(1, len(sh) // ranks.world // args.batch) for sh in shards]
+        shards = [sh[ranks.rank::ranks.world] for sh in shards]
+        log(f"{len(tr)} training sequences, {sum(len(seqs[i]) for i in tr)} tokens, features {feat_gb:.1f} GB "
+            f"in {len(shards)} shard(s)" + (f" over {ranks.world} ranks" if ranks.world > 1 else ""))
+        store = FeatureStore(tg, seqs, layers, dev, fp8=args.feature_fp8)
+        try:
+            t_feat = store.load(shards[0])
+        except torch.cuda.OutOfMemoryError:
+            # A --feature-gb past what the GPU holds beside the target must not cost the run (a
+            # window of GPU time): one shard more, until they fit. One rank alone: the ranks
+            # would disagree on the shards.
+            if ranks.world > 1:
+                raise
+            store = None
+        if store is None:
+            torch.cuda.empty_cache()
+            feature_gb = feat_gb / ranks.world / (len(shards) + 1) * 1.01
+            log(f"out of GPU memory for the features: {len(shards) + 1} shards of at most {feature_gb:.1f} GB")
     log(f"features of shard 0 in {t_feat:.0f}s")
     lens_all = torch.tensor([len(s) for s in seqs], device=dev)
     off_all = torch.tensor([0] + list(np.cumsum([len(s) for s in seqs])[:-1]), device=dev)
