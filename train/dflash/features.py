@@ -43,7 +43,8 @@ def to_fp8(f, k):
     """[..., k*E] bf16 -> (float8_e4m3fn [..., k*E], float32 scales [..., k]), one scale per layer's E."""
     g = f.float().unflatten(-1, (k, -1))
     scale = (g.abs().amax(-1) / FP8_MAX).clamp(min=1e-12)
-    return (g / scale[..., None]).to(torch.float8_e4m3fn).flatten(-2), scale
+    # Clamped: e4m3fn has no infinity, and a value rounded past its largest is NaN.
+    return (g / scale[..., None]).clamp(-FP8_MAX, FP8_MAX).to(torch.float8_e4m3fn).flatten(-2), scale
 
 
 def from_fp8(q, scale, k):
@@ -76,7 +77,8 @@ class FeatureStore:
         self.lens = torch.tensor(lens, device=self.dev)
         self.pos = {i: n for n, i in enumerate(idx)}
         width = self.k * self.tg.hp.n_embd
-        dtype = torch.float8_e4m3fn if self.fp8 else torch.bfloat16
+        # float8 is kept as its bytes (uint8): indexing and copies need no float8 kernels.
+        dtype = torch.uint8 if self.fp8 else torch.bfloat16
         self.flat = torch.empty(sum(lens), width, dtype=dtype, device=self.dev)
         if self.fp8:
             self.scale = torch.empty(sum(lens), self.k, dtype=torch.float32, device=self.dev)
@@ -93,7 +95,7 @@ class FeatureStore:
             for r, n in enumerate(chunk):
                 o = int(self.off[n])
                 if self.fp8:
-                    self.flat[o:o + lens[n]] = q[r, :lens[n]]
+                    self.flat[o:o + lens[n]] = q[r, :lens[n]].view(torch.uint8)
                     self.scale[o:o + lens[n]] = sc[r, :lens[n]]
                 else:
                     self.flat[o:o + lens[n]] = f[r, :lens[n]]
@@ -109,7 +111,9 @@ class FeatureStore:
         rows = torch.tensor([self.pos[i] for i in sel], device=self.dev)
         L = self.lens[rows]
         at = self.off[rows, None] + torch.minimum(torch.arange(T, device=self.dev)[None], L[:, None] - 1)
-        return from_fp8(self.flat[at], self.scale[at], self.k) if self.fp8 else self.flat[at]
+        if self.fp8:
+            return from_fp8(self.flat[at].view(torch.float8_e4m3fn), self.scale[at], self.k)
+        return self.flat[at]
 
 
 def shards_of(tr, seqs, token_bytes, feature_gb, rng):
