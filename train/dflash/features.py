@@ -91,14 +91,13 @@ class FeatureStore:
             chunk = order[s:e]
             f = compute_features(self.tg, [self.seqs[idx[n]] for n in chunk], self.layers, len(chunk), self.dev)
             if self.fp8:
-                q, sc = to_fp8(f, self.k)
+                f, sc = to_fp8(f, self.k)
+                f = f.view(torch.uint8)
             for r, n in enumerate(chunk):
                 o = int(self.off[n])
+                self.flat[o:o + lens[n]] = f[r, :lens[n]]
                 if self.fp8:
-                    self.flat[o:o + lens[n]] = q[r, :lens[n]].view(torch.uint8)
                     self.scale[o:o + lens[n]] = sc[r, :lens[n]]
-                else:
-                    self.flat[o:o + lens[n]] = f[r, :lens[n]]
             s = e
         if self.dev == "cuda":
             torch.cuda.synchronize()
