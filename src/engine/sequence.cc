@@ -1,6 +1,7 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -17,6 +18,11 @@ using Clock = std::chrono::steady_clock;
 double ms_since(Clock::time_point start) {
   return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
 }
+
+// A pass's times as the policy is given them: whole microseconds, which the trace's "%.3f ms"
+// prints exactly, so a replay sees the very numbers the run's policy saw (a time rounded in the
+// trace alone once tipped a choice that sat on a threshold).
+double whole_us(double ms) { return std::round(ms * 1000.0) / 1000.0; }
 
 // SALVO_SPEC_TRACE=1: a line per decode pass on stderr (rows, depth, shape, pass and draft
 // time, depths accepted and tested, the caps, the policy's plain-pass estimate, the accepted
@@ -193,7 +199,7 @@ int Sequence::add_rows(TokenBatch& batch, int max_prefill_rows) {
   if (size.drafting()) {
     const auto draft_start = Clock::now();
     tree_ = drafter_->propose(history_, size.budget, size.depth);
-    pass_draft_ms_ = ms_since(draft_start);
+    pass_draft_ms_ = whole_us(ms_since(draft_start));
     stats.draft_ms += pass_draft_ms_;
     SALVO_CHECK(tree_.is_valid() && tree_.size() <= size.budget && tree_.max_depth() <= size.depth);
   }
@@ -312,6 +318,7 @@ void Sequence::finish_pass(const LogitRows& rows, double pass_ms, std::span<cons
   if (tree_.has_order()) {
     for (int32_t node : accepted.path) path_order.push_back(tree_.order(node));
   }
+  pass_ms = whole_us(pass_ms);
   policy_.record({.rows = pass_rows_,
                   .pass_ms = pass_ms,
                   .draft_ms = pass_draft_ms_,
