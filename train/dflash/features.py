@@ -25,7 +25,7 @@ def pad_batch(seqs, dev):
 
 
 def compute_features(tg, seqs, layers, batch, dev):
-    """bf16 [N, Tmax, k*E] features of every sequence (zero past its end)."""
+    """bf16 [N, Tmax, k*E] features of every sequence (past its end: the padding's, not to be used)."""
     T = max(len(s) for s in seqs)
     E = tg.hp.n_embd
     feats = torch.zeros(len(seqs), T, len(layers) * E, dtype=torch.bfloat16, device=dev)
@@ -33,8 +33,8 @@ def compute_features(tg, seqs, layers, batch, dev):
         chunk = seqs[s:s + batch]
         ids = pad_batch(chunk, dev)
         n, t = ids.shape
-        km = torch.arange(t, device=dev)[None] < torch.tensor([len(x) for x in chunk], device=dev)[:, None]
-        o = tg(ids, torch.arange(t, device=dev).expand(n, t), km, set(layers), upto=max(layers))
+        # Right-padded: no key mask needed (Target.forward), the padding's features are not kept.
+        o = tg(ids, torch.arange(t, device=dev).expand(n, t), None, set(layers), upto=max(layers))
         feats[s:s + n, :t] = torch.cat([o[l] for l in layers], -1)
     return feats
 

@@ -128,24 +128,57 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False):
+def generation_order(prompts, chunk, seed):
+    """Prompt indices by length (rows of a batch then share a length). chunk > 0: in random chunks of
+    `chunk` prompts, each by length, so that a deadline that stops generation leaves a random
+    subset undone rather than the longest prompts."""
+    by_len = lambda idx: sorted(idx, key=lambda i: (len(prompts[i]["ids"]), i))
+    if chunk <= 0:
+        return by_len(range(len(prompts)))
+    idx = list(range(len(prompts)))
+    random.Random(seed).shuffle(idx)
+    return [i for c in range(0, len(idx), chunk) for i in by_len(idx[c:c + chunk])]
+
+
+def generate_rows(tg, rows, max_new, eos, compiled):
+    """tg.generate, in halves while the GPU runs out of memory (a --gen-batch too large for long
+    prompts must not cost the run)."""
+    try:
+        return tg.generate(rows, max_new, eos, compiled=compiled)
+    except torch.cuda.OutOfMemoryError:
+        if len(rows) == 1:
+            raise
+    torch.cuda.empty_cache()
+    h = len(rows) // 2
+    log(f"out of GPU memory generating {len(rows)} rows: two batches of {h} and {len(rows) - h}")
+    return generate_rows(tg, rows[:h], max_new, eos, compiled) + generate_rows(tg, rows[h:], max_new, eos, compiled)
+
+
+def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False, deadline=0.0, seed=0):
     """Greedy answers, prompts sorted by length; a batch holds at most `batch` rows and, when tokens
     > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)) and tokens/4 prefill
-    positions (rows x longest prompt): long prompts get fewer rows."""
-    order = sorted(range(len(prompts)), key=lambda i: len(prompts[i]["ids"]))
+    positions (rows x longest prompt): long prompts get fewer rows. deadline (a time.time(), 0:
+    none): no batch starts after it, and the prompts not reached stay None (generation_order's
+    chunks, 8 batches each, make them a random subset but for the last chunk's longest)."""
+    order = generation_order(prompts, 8 * batch if deadline else 0, seed)
     out = [None] * len(prompts)
     s = 0
     while s < len(order):
+        if deadline and time.time() >= deadline:
+            log(f"generation deadline: {len(order) - s} of {len(order)} prompts not generated")
+            break
         e = s + 1
         while e < len(order) and e - s < batch:
             P = len(prompts[order[e]]["ids"])
+            if P < len(prompts[order[e - 1]]["ids"]):  # the next chunk starts: its short prompts apart
+                break
             # KV positions, and prefill rows x P (the MLP's activations) at a quarter of that
             if tokens and ((e - s + 1) * (P + max_new) > tokens or (e - s + 1) * P > tokens // 4):
                 break
             e += 1
         idx = order[s:e]
         t0 = time.time()
-        gen = tg.generate([prompts[i]["ids"] for i in idx], max_new, eos, compiled=compiled)
+        gen = generate_rows(tg, [prompts[i]["ids"] for i in idx], max_new, eos, compiled)
         for i, g in zip(idx, gen):
             out[i] = g
         # Per batch, so that a run tells where generation's time goes (rows against prompt length).
@@ -195,22 +228,23 @@ def finish_helper(h):
     return time.time() - t0
 
 
-def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=False):
+def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=False, deadline=0.0):
     """Greedy answers of every prompt, or of this process's share when --gen-parts N > 1: part k takes
     every N-th prompt by length (equal work), writes it to gen_path.partK (atomically) and returns
     None, except part 0 (and every part when every_part: torchrun's ranks), which waits for the
     others' files and returns the whole list. Generation is launch-bound, so two GPUs halve it;
     the answers do not depend on the split (greedy, one row's result independent of its batch up
-    to bf16 rounding)."""
+    to bf16 rounding). deadline: generate_data's (its prompts not reached stay None)."""
     N, k = args.gen_parts, args.gen_part
+    gen_args = dict(compiled=args.gen_compile, deadline=deadline, seed=args.seed + k)
     if N <= 1:
-        return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens, args.gen_compile)
+        return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens, **gen_args)
     if not 0 <= k < N:
         raise SystemExit(f"error: --gen-part {k} is outside [0, {N})")
     order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]["ids"]), i))
     mine = order[k::N]
     got = generate_data(tg, [prompts[i] for i in mine], args.max_new, args.gen_batch, eos, args.gen_tokens,
-                        args.gen_compile)
+                        **gen_args)
     path = f"{gen_path}.part{k}"
     json.dump({"idx": mine, "gen": got}, open(path + ".tmp", "w"))
     os.replace(path + ".tmp", path)
@@ -230,7 +264,7 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
         for i, g in zip(part["idx"], part["gen"]):
             out[i] = g
     missing = sum(g is None for g in out)
-    if missing:
+    if missing and not deadline:
         raise SystemExit(f"error: {missing} prompts have no generation: were the parts run with other data?")
     return out
 
@@ -274,6 +308,23 @@ class StepProfiler:
         except Exception as e:
             log(f"profile failed: {e!r}")
             self.prof = None
+
+
+def budget_minutes(args, elapsed_s, shard_s, n_shards):
+    """--total-minutes: the drafter's and the adapter's minutes (train_phase's caps) from what the
+    budget has left after `elapsed_s` (loading, generation, the first shard's features, `shard_s`
+    of it). The other shards' features are loaded once each (or every pass, --shards-per-pass) and
+    cost what the first did; --reserve-minutes is kept for the adapter (a third of it at most),
+    the evaluation and the export. --minutes and --adapter-minutes, where given, cap these too."""
+    loads = (n_shards - 1) if not args.shards_per_pass else max(0, math.ceil(args.passes) * n_shards - 1)
+    left = args.total_minutes - elapsed_s / 60 - loads * shard_s / 60 - args.reserve_minutes
+    cap = lambda given, budget: min(given, budget) if given > 0 else budget
+    drafter = cap(args.minutes, max(0.5, left))
+    adapter = cap(args.adapter_minutes, args.reserve_minutes / 3)
+    log(f"budget: {args.total_minutes:.1f} minutes, {elapsed_s / 60:.1f} spent, {loads} more feature loads of "
+        f"{shard_s:.0f}s: the drafter {drafter:.1f} minutes, the adapter at most {adapter:.1f}"
+        + (f" (past the budget: {left:.1f} minutes were left for it)" if left < 0.5 else ""))
+    return drafter, adapter
 
 
 def padded_len(n, multiple):
@@ -422,6 +473,15 @@ def main():
     ap.add_argument("--passes", type=float, default=4.0, help="drafter passes over the training sequences")
     ap.add_argument("--adapter-passes", type=float, default=1.0)
     ap.add_argument("--minutes", type=float, default=0, help="cap on drafter training minutes (0: none)")
+    ap.add_argument("--total-minutes", type=float, default=0,
+                    help="the whole command's minutes (0: no budget): the drafter steps for what is left after "
+                         "loading, generation and the first features, less --reserve-minutes and the other "
+                         "shards' features")
+    ap.add_argument("--reserve-minutes", type=float, default=2.0,
+                    help="with --total-minutes: kept for the adapter (a third of it at most), evaluation and export")
+    ap.add_argument("--gen-minutes", type=float, default=0,
+                    help="cap on generation minutes (0: none): prompts not reached by then are left out, a random "
+                         "subset of them (generated in random chunks, each by length)")
     ap.add_argument("--adapter-minutes", type=float, default=0, help="cap on adapter training minutes (0: none)")
     ap.add_argument("--feature-gb", type=float, default=40.0, help="GPU memory for training features; more: shards")
     ap.add_argument("--feature-fp8", action="store_true",
@@ -517,7 +577,9 @@ def main():
     elif cached:
         new_gen = json.load(open(gen_path))
     else:
-        new_gen = generate_parts(tg, todo_prompts, args, gw.eos, gen_path, helpers, every_part=ranks.world > 1)
+        deadline = time.time() + args.gen_minutes * 60 if args.gen_minutes > 0 else 0.0
+        new_gen = generate_parts(tg, todo_prompts, args, gw.eos, gen_path, helpers, every_part=ranks.world > 1,
+                                 deadline=deadline)
         if new_gen is None:  # a helper part: its share is written, part 0 trains
             log(f"part {args.gen_part}/{args.gen_parts} written")
             return
@@ -529,12 +591,18 @@ def main():
     gen = [p.get("gen") for p in prompts]
     for i, g in zip(todo, new_gen):
         gen[i] = g
-    if ranks.rank == 0 and todo_prompts:
+    done = [i for i, g in enumerate(new_gen) if g is not None]
+    if ranks.rank == 0 and done:
         path = os.path.join(args.out, "generated.json.gz")
-        write_generated(path, args.target, target_sha, args.max_new, " ".join(sys.argv), todo_prompts, new_gen)
-        log(f"{path}: {len(todo_prompts)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
-    log(f"generation {t_gen:.0f}s for {len(todo)} prompts ({len(prompts) - len(todo)} came with theirs), "
-        f"mean {np.mean([len(g) for g in gen]):.0f} new tokens")
+        write_generated(path, args.target, target_sha, args.max_new, " ".join(sys.argv),
+                        [todo_prompts[i] for i in done], [new_gen[i] for i in done])
+        log(f"{path}: {len(done)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
+    log(f"generation {t_gen:.0f}s for {len(done)} of {len(todo)} prompts ({len(prompts) - len(todo)} came with "
+        f"theirs), mean {np.mean([len(g) for g in gen if g is not None]):.0f} new tokens")
+    if len(done) < len(todo):  # --gen-minutes ran out: the prompts not reached are left out
+        kept = [i for i, g in enumerate(gen) if g is not None]
+        prompts, gen = [prompts[i] for i in kept], [gen[i] for i in kept]
+        log(f"{len(todo) - len(done)} prompts without a continuation left out: {len(prompts)} remain")
 
     # make_data.py marks held-out prompts (from source groups that training never sees); older data
     # without them: a random 5% of the prompts. Benchmark prompts (make_data.py --bench) are
@@ -587,6 +655,9 @@ def main():
             feature_gb = feat_gb / ranks.world / (len(shards) + 1) * 1.01
             log(f"out of GPU memory for the features: {len(shards) + 1} shards of at most {feature_gb:.1f} GB")
     log(f"features of shard 0 in {t_feat:.0f}s")
+    minutes, adapter_minutes = args.minutes, args.adapter_minutes
+    if args.total_minutes > 0:
+        minutes, adapter_minutes = budget_minutes(args, time.time() - t_start, t_feat, len(shards))
     lens_all = torch.tensor([len(s) for s in seqs], device=dev)
     off_all = torch.tensor([0] + list(np.cumsum([len(s) for s in seqs])[:-1]), device=dev)
     ids_flat = torch.tensor([t for s in seqs for t in s], device=dev)
@@ -627,7 +698,7 @@ def main():
 
     prof = StepProfiler(args.profile_steps) if args.profile_steps > 0 else None
     curve, steps, secs, fsecs, epochs = train_phase("drafter", params, args.passes, args.lr, store, shards, args.batch,
-                                                    drafter_step, 50, grng, args.minutes, ranks=ranks,
+                                                    drafter_step, 50, grng, minutes, ranks=ranks,
                                                     steps_per_shard=steps_per_shard,
                                                     shards_once=not args.shards_per_pass,
                                                     on_step=prof.step if prof else None)
@@ -646,7 +717,7 @@ def main():
     a_shards = shards[-1:] if len(shards) > 1 else shards  # the adapter is small: the loaded shard is enough
     acurve, asteps, asecs, afsecs, aepochs = train_phase("adapter", list(d.a.values()), args.adapter_passes, args.lr,
                                                          store, a_shards, args.batch, adapter_step, 50, grng,
-                                                         args.adapter_minutes, 20, ranks=ranks,
+                                                         adapter_minutes, 20, ranks=ranks,
                                                          steps_per_shard=steps_per_shard[-1:])
     log(f"adapter: {asteps} steps, {aepochs:.2f} epochs of its shard, {asecs:.0f}s")
     t_feat += fsecs + afsecs
