@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from budget import budget_minutes, generation_batches, generation_order  # noqa: E402
 from compiled import Compiled  # noqa: E402
 from corpus import load_prompts, write_generated  # noqa: E402
 import grow as grow_mod  # noqa: E402
@@ -128,18 +129,6 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def generation_order(prompts, chunk, seed):
-    """Prompt indices by length (rows of a batch then share a length). chunk > 0: in random chunks of
-    `chunk` prompts, each by length, so that a deadline that stops generation leaves a random
-    subset undone rather than the longest prompts."""
-    by_len = lambda idx: sorted(idx, key=lambda i: (len(prompts[i]["ids"]), i))
-    if chunk <= 0:
-        return by_len(range(len(prompts)))
-    idx = list(range(len(prompts)))
-    random.Random(seed).shuffle(idx)
-    return [i for c in range(0, len(idx), chunk) for i in by_len(idx[c:c + chunk])]
-
-
 def generate_rows(tg, rows, max_new, eos, compiled):
     """tg.generate, in halves while the GPU runs out of memory (a --gen-batch too large for long
     prompts must not cost the run)."""
@@ -155,27 +144,17 @@ def generate_rows(tg, rows, max_new, eos, compiled):
 
 
 def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False, deadline=0.0, seed=0):
-    """Greedy answers, prompts sorted by length; a batch holds at most `batch` rows and, when tokens
-    > 0, at most `tokens` KV positions (rows x (longest prompt + max_new)) and tokens/4 prefill
-    positions (rows x longest prompt): long prompts get fewer rows. deadline (a time.time(), 0:
-    none): no batch starts after it, and the prompts not reached stay None (generation_order's
-    chunks, 8 batches each, make them a random subset but for the last chunk's longest)."""
-    order = generation_order(prompts, 8 * batch if deadline else 0, seed)
+    """Greedy answers, in budget.py's order and batches (by length; `batch` rows and `tokens` KV
+    positions at most). deadline (a time.time(), 0: none): no batch starts after it, and the
+    prompts not reached stay None (random chunks of 8 batches each make them a random subset, but
+    for the last chunk's longest)."""
+    lens = [len(p["ids"]) for p in prompts]
+    order = generation_order(lens, 8 * batch if deadline else 0, seed)
     out = [None] * len(prompts)
-    s = 0
-    while s < len(order):
+    for s, e in generation_batches(order, lens, batch, tokens, max_new):
         if deadline and time.time() >= deadline:
             log(f"generation deadline: {len(order) - s} of {len(order)} prompts not generated")
             break
-        e = s + 1
-        while e < len(order) and e - s < batch:
-            P = len(prompts[order[e]]["ids"])
-            if P < len(prompts[order[e - 1]]["ids"]):  # the next chunk starts: its short prompts apart
-                break
-            # KV positions, and prefill rows x P (the MLP's activations) at a quarter of that
-            if tokens and ((e - s + 1) * (P + max_new) > tokens or (e - s + 1) * P > tokens // 4):
-                break
-            e += 1
         idx = order[s:e]
         t0 = time.time()
         gen = generate_rows(tg, [prompts[i]["ids"] for i in idx], max_new, eos, compiled)
@@ -185,7 +164,6 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False, de
         dt, new = time.time() - t0, sum(len(g) for g in gen)
         log(f"generated {e}/{len(order)} (batch of {len(idx)}, prompts up to {len(prompts[idx[-1]]['ids'])} "
             f"tokens, {new} new tokens in {dt:.1f}s: {new / max(dt, 1e-9):.0f} tok/s)")
-        s = e
     return out
 
 
@@ -308,23 +286,6 @@ class StepProfiler:
         except Exception as e:
             log(f"profile failed: {e!r}")
             self.prof = None
-
-
-def budget_minutes(args, elapsed_s, shard_s, n_shards):
-    """--total-minutes: the drafter's and the adapter's minutes (train_phase's caps) from what the
-    budget has left after `elapsed_s` (loading, generation, the first shard's features, `shard_s`
-    of it). The other shards' features are loaded once each (or every pass, --shards-per-pass) and
-    cost what the first did; --reserve-minutes is kept for the adapter (a third of it at most),
-    the evaluation and the export. --minutes and --adapter-minutes, where given, cap these too."""
-    loads = (n_shards - 1) if not args.shards_per_pass else max(0, math.ceil(args.passes) * n_shards - 1)
-    left = args.total_minutes - elapsed_s / 60 - loads * shard_s / 60 - args.reserve_minutes
-    cap = lambda given, budget: min(given, budget) if given > 0 else budget
-    drafter = cap(args.minutes, max(0.5, left))
-    adapter = cap(args.adapter_minutes, args.reserve_minutes / 3)
-    log(f"budget: {args.total_minutes:.1f} minutes, {elapsed_s / 60:.1f} spent, {loads} more feature loads of "
-        f"{shard_s:.0f}s: the drafter {drafter:.1f} minutes, the adapter at most {adapter:.1f}"
-        + (f" (past the budget: {left:.1f} minutes were left for it)" if left < 0.5 else ""))
-    return drafter, adapter
 
 
 def padded_len(n, multiple):
@@ -657,7 +618,13 @@ def main():
     log(f"features of shard 0 in {t_feat:.0f}s")
     minutes, adapter_minutes = args.minutes, args.adapter_minutes
     if args.total_minutes > 0:
-        minutes, adapter_minutes = budget_minutes(args, time.time() - t_start, t_feat, len(shards))
+        elapsed = time.time() - t_start
+        minutes, adapter_minutes, left = budget_minutes(args.total_minutes, args.reserve_minutes, args.minutes,
+                                                        args.adapter_minutes, elapsed, t_feat, len(shards),
+                                                        args.passes, args.shards_per_pass)
+        log(f"budget: {args.total_minutes:.1f} minutes, {elapsed / 60:.1f} spent: the drafter {minutes:.1f} "
+            f"minutes, the adapter at most {adapter_minutes:.1f}"
+            + (f" (past the budget: {left:.1f} minutes were left for it)" if left < 0.5 else ""))
     lens_all = torch.tensor([len(s) for s in seqs], device=dev)
     off_all = torch.tensor([0] + list(np.cumsum([len(s) for s in seqs])[:-1]), device=dev)
     ids_flat = torch.tensor([t for s in seqs for t in s], device=dev)
