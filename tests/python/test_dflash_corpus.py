@@ -28,8 +28,8 @@ def prompts_file(tmp_path, name, prompts, **extra):
     return write(tmp_path / name, {"model": "m", "prompts": prompts, **extra})
 
 
-def load(paths, sha=SHA, max_new=8):
-    return corpus.load_prompts(paths, "m", VOCAB, sha, max_new, log=lambda *a: None)
+def load(paths, sha=SHA, max_new=8, regenerate=False):
+    return corpus.load_prompts(paths, "m", VOCAB, sha, max_new, log=lambda *a: None, regenerate=regenerate)
 
 
 def test_a_written_corpus_comes_back_with_its_continuations(tmp_path):
@@ -48,6 +48,7 @@ def test_continuations_of_another_gguf_or_length_are_dropped(tmp_path):
     assert load([path])[0]["gen"] == [4]
     assert "gen" not in load([path], sha="cd" * 32)[0]
     assert "gen" not in load([path], max_new=16)[0]
+    assert load([path], regenerate=True) == [{"ids": [1, 2], "cat": "code"}]  # train.py --regenerate
 
 
 def test_each_token_sequence_is_taken_once_first_file_first(tmp_path):

@@ -9,12 +9,13 @@ import os
 import zlib
 
 
-def load_prompts(paths, target, n_vocab, target_sha, max_new, log=print):
+def load_prompts(paths, target, n_vocab, target_sha, max_new, log=print, regenerate=False):
     """The prompts of make_data.py JSONs (or of earlier runs' generated.json.gz), in file order,
     each token sequence once (the benchmark prompts come with every file). A prompt keeps its
     "gen" (the target's greedy continuation) only when its file was generated from the same GGUF
     with the same --max-new: the continuations are the costly part of the data, so runs can add
-    up a corpus by passing the earlier ones' files beside a new make_data.py file."""
+    up a corpus by passing the earlier ones' files beside a new make_data.py file. regenerate
+    (train.py --regenerate): no continuation is kept, so one command generates all its data."""
     out, seen = [], set()
     for path in paths:
         try:
@@ -27,7 +28,10 @@ def load_prompts(paths, target, n_vocab, target_sha, max_new, log=print):
             raise SystemExit(f"error: {path} was tokenized for {data.get('model')!r}, not {target!r}")
         reuse = data.get("gen_target_sha256") == target_sha and data.get("gen_max_new") == max_new
         n_gen = sum(1 for p in data["prompts"] if isinstance(p, dict) and p.get("gen") is not None)
-        if n_gen and not reuse:
+        if n_gen and regenerate:
+            log(f"{path}: its {n_gen} continuations are left aside (--regenerate): generated again")
+            reuse = False
+        elif n_gen and not reuse:
             log(f"{path}: its {n_gen} continuations came from another GGUF or --max-new: generated again")
         n_dup = 0
         for i, p in enumerate(data["prompts"]):

@@ -82,7 +82,9 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # decode step compiled). None has run on the GPU yet. QTOTAL=M: train.py --total-minutes (the drafter
 # steps for what the budget leaves after generation and features, less QRESERVE minutes, default 2, for
 # the adapter, evaluation and export); QGENMIN=M: --gen-minutes (generation stops there; the prompts it
-# did not reach, a random subset, are left out). Session 48 (no device): not yet run either.
+# did not reach, a random subset, are left out); QREGEN=1: --regenerate (the data files' kept
+# continuations are generated again: one command makes all its data). Session 48 (no device): not yet
+# run either.
 # QLAYERS / QTLAYERS set the qwen drafter's layers and target layers; with QINIT, QGROW=1 grows the
 # shipped drafter to them (train.py --grow: it starts as the shipped function).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
@@ -93,7 +95,8 @@ start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS} ${QPROFILE:+--profile-steps $QPROFILE} ${QMAXPROMPTS:+--max-prompts $QMAXPROMPTS} \
   ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} ${QCOMPILE:+--compile} ${QFP8:+--feature-fp8} ${QGENCOMPILE:+--gen-compile} \
-  ${QTOTAL:+--total-minutes $QTOTAL} ${QGENMIN:+--gen-minutes $QGENMIN} ${QRESERVE:+--reserve-minutes $QRESERVE} $init_args
+  ${QTOTAL:+--total-minutes $QTOTAL} ${QGENMIN:+--gen-minutes $QGENMIN} ${QRESERVE:+--reserve-minutes $QRESERVE} \
+  ${QREGEN:+--regenerate} $init_args
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
 # its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
 start qwen2.5-coder-0.5b $W/qwen2.5-coder-0.5b.gguf 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ${PPIECES:-9} p "${PGPU:-}" \

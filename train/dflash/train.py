@@ -440,6 +440,8 @@ def main():
                          "shards' features")
     ap.add_argument("--reserve-minutes", type=float, default=2.0,
                     help="with --total-minutes: kept for the adapter (a third of it at most), evaluation and export")
+    ap.add_argument("--regenerate", action="store_true",
+                    help="generate every prompt's continuation, also where a --data file comes with one")
     ap.add_argument("--gen-minutes", type=float, default=0,
                     help="cap on generation minutes (0: none): prompts not reached by then are left out, a random "
                          "subset of them (generated in random chunks, each by length)")
@@ -509,7 +511,8 @@ def main():
     tg = Target(gw, dev, torch.bfloat16 if dev == "cuda" else torch.float32)
     log(f"target {gw.arch} n_layer={gw.n_layer} n_embd={gw.n_embd} vocab={gw.n_vocab} eos={gw.eos}")
     target_sha = sha256_of(args.gguf)
-    data_prompts = load_prompts(args.data.split(","), args.target, gw.n_vocab, target_sha, args.max_new, log)
+    data_prompts = load_prompts(args.data.split(","), args.target, gw.n_vocab, target_sha, args.max_new, log,
+                                regenerate=args.regenerate)
     by_split = {}
     for p in data_prompts:
         by_split.setdefault(p.get("split", "train"), []).append(p)
