@@ -33,8 +33,8 @@ def compute_features(tg, seqs, layers, batch, dev):
         chunk = seqs[s:s + batch]
         ids = pad_batch(chunk, dev)
         n, t = ids.shape
-        # Right-padded: no key mask needed (Target.forward), the padding's features are not kept.
-        o = tg(ids, torch.arange(t, device=dev).expand(n, t), None, set(layers), upto=max(layers))
+        # Right-padded, as Target.forward takes them; the padding's features are not kept.
+        o = tg(ids, torch.arange(t, device=dev).expand(n, t), set(layers), upto=max(layers))
         feats[s:s + n, :t] = torch.cat([o[l] for l in layers], -1)
     return feats
 

@@ -123,26 +123,21 @@ class Target(torch.nn.Module):
         self.rope = rope_neox if gw.arch == "qwen2" else rope_norm
 
     @torch.no_grad()
-    def forward(self, ids, pos, key_mask, capture, upto=None):
-        """ids/pos [N, T], key_mask [N, T] bool (False = padding). Causal. Returns {layer: [N,T,E]}
-        for the layers in capture (block outputs) and the final hidden state if upto is None.
-        key_mask None: the rows are right-padded, so causality alone keeps a real position's keys
-        real, and SDPA runs without a mask (a fused kernel, instead of the math path that a mask
-        with enable_gqa takes: K and V repeated per head, the scores materialized)."""
+    def forward(self, ids, pos, capture, upto=None):
+        """ids/pos [N, T], rows right-padded. Causal. Returns {layer: [N,T,E]} for the layers in
+        capture (block outputs) and the final hidden state if upto is None. Causality alone keeps
+        a real position's keys real, so SDPA runs without a mask (given one with enable_gqa it may
+        take its math path: K and V repeated per head, the scores materialized)."""
         hp = self.hp
         N, T = ids.shape
         x = self.embd[ids]
         cos, sin = rope_tables(pos, hp.head_dim, hp.rope_base, ids.device)
-        mask = None
-        if key_mask is not None:
-            causal = torch.ones(T, T, dtype=torch.bool, device=ids.device).tril()
-            mask = (causal[None] & key_mask[:, None, :])[:, None]  # [N,1,T,T]
         out = {}
         last = hp.n_layer if upto is None else upto + 1
         for i in range(last):
             L = self.layers[i]
             q, k, v = self._pre_attn(x, L["an"], L["q"], L["k"], L["v"], L["qb"], L["kb"], L["vb"], cos, sin)
-            a = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, enable_gqa=True)
+            a = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True)
             x = self._post_attn(x, a, L["o"], L["fn"], L["g"], L["u"], L["d"])
             if i in capture:
                 out[i] = x
