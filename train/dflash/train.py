@@ -210,7 +210,7 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
     """Greedy answers of every prompt, or of this process's share when --gen-parts N > 1: part k takes
     every N-th prompt by length (equal work), writes it to gen_path.partK (atomically) and returns
     None, except part 0 (and every part when every_part: torchrun's ranks), which waits for the
-    others' files and returns the whole list. Generation is launch-bound, so two GPUs halve it;
+    others' files and returns the whole list. Two GPUs halve generation's time;
     the answers do not depend on the split (greedy, one row's result independent of its batch up
     to bf16 rounding). deadline: generate_data's (its prompts not reached stay None)."""
     N, k = args.gen_parts, args.gen_part
