@@ -83,8 +83,10 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # steps for what the budget leaves after generation and features, less QRESERVE minutes, default 2, for
 # the adapter, evaluation and export); QGENMIN=M: --gen-minutes (generation stops there; the prompts it
 # did not reach, a random subset, are left out); QREGEN=1: --regenerate (the data files' kept
-# continuations are generated again: one command makes all its data). Session 48 (no device): not yet
-# run either.
+# continuations are generated again: one command makes all its data). Session 49 ran QREGEN=1
+# QCOMPILE=1 QFP8=1 QFEATGB=130 QTOTAL=16.5 QGENMIN=6: generation (grouped_attention) at 54-66k
+# tokens/s in its first four batches (~29k before), then the machine was taken back mid-run. With
+# QREGEN only the prompts travel: .gpu/df's data files can be the 8 MB prompt-only ones.
 # QLAYERS / QTLAYERS set the qwen drafter's layers and target layers; with QINIT, QGROW=1 grows the
 # shipped drafter to them (train.py --grow: it starts as the shipped function).
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
@@ -227,5 +229,15 @@ export_out smollm2-135m s
 export_out qwen2.5-coder-1.5b q
 export_out qwen2.5-coder-0.5b p
 nvidia-smi --query-gpu=memory.used,utilization.gpu --format=csv,noheader
-for n in $names; do [ -f $W/$n.log ] && { echo "== $n"; tail -n 4 $W/$n.log; }; done
+# Every call reports each run's progress so far (session 49 lost its machine in a wait call, and
+# only the generation rate that an earlier call had printed came back): the first and last
+# generation lines, the milestones, the last loss line and the log's end.
+digest() {
+  grep -E 'generated [0-9]+/' "$1" | sed -n '1p;$p'
+  grep -vE 'generated [0-9]+/' "$1" | grep -E 'generation|features|budget:|drafter:|adapter:|tau|deadline|out of GPU|compile|rror' |
+    cut -c1-240 | tail -n 12
+  grep -E '\] (drafter|adapter) \{' "$1" | tail -n 1
+  tail -n 2 "$1" | cut -c1-240
+}
+for n in $names; do [ -f $W/$n.log ] && { echo "== $n"; digest $W/$n.log; }; done
 ls $OUT
