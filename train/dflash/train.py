@@ -219,8 +219,7 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
         return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens, **gen_args)
     if not 0 <= k < N:
         raise SystemExit(f"error: --gen-part {k} is outside [0, {N})")
-    order = sorted(range(len(prompts)), key=lambda i: (len(prompts[i]["ids"]), i))
-    mine = order[k::N]
+    mine = generation_order([len(p["ids"]) for p in prompts], 0, 0)[k::N]
     got = generate_data(tg, [prompts[i] for i in mine], args.max_new, args.gen_batch, eos, args.gen_tokens,
                         **gen_args)
     path = f"{gen_path}.part{k}"
