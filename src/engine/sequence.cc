@@ -106,8 +106,14 @@ Status Sequence::start(const GenerateRequest& request, TextCallback on_text) {
   SALVO_ASSIGN_OR_RETURN(Sampler sampler,
                          Sampler::create(request.sampling, model_.config().n_vocab));
   SALVO_RETURN_IF_ERROR(request.spec.validate());
-  if (!drafter_ || drafter_mode_ != request.spec.mode || drafter_seed_ != request.sampling.seed ||
-      drafter_tree_ != request.spec.tree || drafter_vocab_ != request.spec.vocab) {
+  // Only the adversarial drafters draw on the seed. Keeping any other drafter across seeds
+  // keeps its observed hidden states (so the cached prefix is reused) and the policy's
+  // measurements: requests without a seed get a random one each.
+  const bool seeded =
+      request.spec.mode == SpecMode::kRandom || request.spec.mode == SpecMode::kWrong;
+  if (!drafter_ || drafter_mode_ != request.spec.mode ||
+      (seeded && drafter_seed_ != request.sampling.seed) || drafter_tree_ != request.spec.tree ||
+      drafter_vocab_ != request.spec.vocab) {
     SALVO_ASSIGN_OR_RETURN(drafter_,
                            make_drafter(request.spec.mode, {.n_vocab = tokenizer_.n_vocab(),
                                                             .seed = request.sampling.seed,

@@ -613,3 +613,23 @@ def test_dflash_shared_passes_equal_plain_cli():
             assert drafted > 0 and sequences / passes > 1.0 and cached > 0, metrics
         finally:
             assert s.stop() == 0, s.stderr()
+
+
+def test_conversation_reuses_its_cache_without_a_seed():
+    """Requests without a seed get a random seed each. The drafter (under --spec auto the shipped
+    DFlash drafter, which must hold features for every cached position) is kept across seeds, so
+    a conversation's next turn prefills only what is new (until session 50 it prefilled all)."""
+    s = Server("--parallel", "1", "--ctx", str(CTX), "--timeout", "120")
+    try:
+        metrics = s.request("GET", "/metrics")[1]
+        assert 'salvo_speculation_info{mode="auto",drafter="dflash' in metrics, metrics
+        client = s.client()
+        messages = [{"role": "user", "content": "Name three colors."}]
+        first = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8)
+        messages += [{"role": "assistant", "content": first.choices[0].message.content},
+                     {"role": "user", "content": "And three more?"}]
+        second = client.chat.completions.create(model=MODEL, messages=messages, max_tokens=8)
+        cached = second.usage.prompt_tokens_details.cached_tokens
+        assert cached >= first.usage.prompt_tokens - 1, (cached, first.usage, second.usage)
+    finally:
+        assert s.stop() == 0, s.stderr()
