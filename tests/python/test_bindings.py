@@ -175,6 +175,14 @@ def test_python_errors(salvo_module, model):
         session.generate("Hello", on_text=boom, max_tokens=8)
     assert session.generate("Hello", temperature=0, max_tokens=4).tokens  # still usable
 
+    other = salvo.Model(model_path_or_skip(MODEL), threads=1)
+    kept = other.session()
+    other.close()  # closes its sessions first
+    with pytest.raises(salvo.SalvoError, match="closed"):
+        kept.generate("Hello")
+    with pytest.raises(salvo.SalvoError, match="closed"):
+        other.tokenize("Hello")
+
 
 def tsc_or_missing():
     for candidate in (REPO_ROOT / "build" / "deps" / "usr" / "share" / "nodejs" / "typescript" / "bin" / "tsc",

@@ -5,6 +5,7 @@ import ctypes
 import json
 import queue
 import threading
+import weakref
 from dataclasses import dataclass, field
 
 from . import _lib
@@ -63,6 +64,7 @@ class Model:
 
     def __init__(self, model, threads=0, device="cpu", draft_model=None, drafter=None,
                  find_drafter=True):
+        self._handle = None
         lib = _lib.lib()
         self._lib = lib
         params = lib.salvo_model_default_params()
@@ -75,9 +77,14 @@ class Model:
         if not self._handle:
             raise _lib.error()
         self._default_session = None
+        self._sessions = weakref.WeakSet()
 
     def close(self):
         if self._handle:
+            # Sessions go before the model they use (the default session and the model refer to
+            # each other, so the collector may finalize either first); using one later raises.
+            for session in list(self._sessions):
+                session.close()
             self._default_session = None
             self._lib.salvo_model_free(self._handle)
             self._handle = None
@@ -150,11 +157,13 @@ class Session:
     """One conversation with its own KV cache: a prompt that extends the previous one reuses it."""
 
     def __init__(self, model, context_size=4096):
+        self._handle = None
         self._model = model  # keeps the model alive as long as the session
         self._lib = model._lib
         self._handle = self._lib.salvo_session_new(model._checked(), context_size)
         if not self._handle:
             raise _lib.error()
+        model._sessions.add(self)
 
     def close(self):
         if self._handle:
