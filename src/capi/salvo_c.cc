@@ -169,12 +169,8 @@ int run_generation(salvo_session* session, std::vector<int32_t> prompt,
                    salvo_result* result) {
   salvo::GenerateRequest request = base;
   request.prompt = std::move(prompt);
-  const int32_t n_vocab = session->model->engine->tokenizer().n_vocab();
-  for (int32_t id : request.prompt) {
-    if (id < 0 || id >= n_vocab) {
-      throw Failure("prompt token id " + std::to_string(id) + " is outside the vocabulary (0.." +
-                    std::to_string(n_vocab - 1) + ")");
-    }
+  if (salvo::Status st = session->model->engine->tokenizer().check_ids(request.prompt); !st.ok()) {
+    throw Failure("prompt: " + st.message());
   }
   std::lock_guard lock(session->model->generate_mutex);
   auto generated = session->session.generate(request, [&](const std::string& piece) {
@@ -315,26 +311,19 @@ char* salvo_detokenize(const salvo_model* model, const int32_t* ids, int32_t n_i
   return guarded<char*>(nullptr, [&]() -> char* {
     if (model == nullptr) throw Failure("model is NULL");
     if (n_ids < 0 || (n_ids > 0 && ids == nullptr)) throw Failure("ids: NULL or a negative count");
-    const int32_t n_vocab = model->engine->tokenizer().n_vocab();
-    for (int32_t i = 0; i < n_ids; ++i) {
-      if (ids[i] < 0 || ids[i] >= n_vocab) {
-        throw Failure("token id " + std::to_string(ids[i]) + " is outside the vocabulary (0.." +
-                      std::to_string(n_vocab - 1) + ")");
-      }
+    const std::span<const int32_t> span(ids, static_cast<size_t>(n_ids));
+    if (salvo::Status st = model->engine->tokenizer().check_ids(span); !st.ok()) {
+      throw Failure(st.message());
     }
-    return copy_string(model->engine->tokenizer().decode({ids, static_cast<size_t>(n_ids)}));
+    return copy_string(model->engine->tokenizer().decode(span));
   });
 }
 
 char* salvo_apply_chat_template(const salvo_model* model, const char* messages_json) {
   return guarded<char*>(nullptr, [&]() -> char* {
     if (model == nullptr) throw Failure("model is NULL");
-    const auto messages = parse_messages(messages_json);
-    const salvo::Tokenizer& tok = model->engine->tokenizer();
-    const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
-    const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
-    return copy_string(
-        value_or_throw(chat_template_of(*model).render_json(messages, true, bos, eos)));
+    return copy_string(value_or_throw(salvo::chat_prompt_text(
+        *model->engine, chat_template_of(*model), parse_messages(messages_json))));
   });
 }
 

@@ -9,9 +9,8 @@ Expected<ChatTemplate> model_chat_template(const Engine& engine) {
   return parsed;
 }
 
-Expected<std::vector<int32_t>> chat_prompt_tokens(const Engine& engine,
-                                                  const ChatTemplate& chat_template,
-                                                  const nlohmann::ordered_json& messages) {
+Expected<std::string> chat_prompt_text(const Engine& engine, const ChatTemplate& chat_template,
+                                       const nlohmann::ordered_json& messages) {
   const Tokenizer& tok = engine.tokenizer();
   const std::string bos = tok.bos_id() >= 0 ? tok.token_text(tok.bos_id()) : "";
   const std::string eos = tok.eos_id() >= 0 ? tok.token_text(tok.eos_id()) : "";
@@ -20,7 +19,15 @@ Expected<std::vector<int32_t>> chat_prompt_tokens(const Engine& engine,
   std::string text = std::move(rendered).value();
   // Templates that write the BOS text themselves would get a second BOS from the tokenizer.
   if (tok.add_bos() && !bos.empty() && text.rfind(bos, 0) == 0) text.erase(0, bos.size());
-  std::vector<int32_t> ids = tok.encode(text, /*add_special=*/true, /*parse_special=*/true);
+  return text;
+}
+
+Expected<std::vector<int32_t>> chat_prompt_tokens(const Engine& engine,
+                                                  const ChatTemplate& chat_template,
+                                                  const nlohmann::ordered_json& messages) {
+  SALVO_ASSIGN_OR_RETURN(std::string text, chat_prompt_text(engine, chat_template, messages));
+  std::vector<int32_t> ids =
+      engine.tokenizer().encode(text, /*add_special=*/true, /*parse_special=*/true);
   if (ids.empty()) return Status::error("the prompt is empty");
   return ids;
 }

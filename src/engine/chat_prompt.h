@@ -16,8 +16,12 @@ namespace salvo {
 // The model's own template (or the one salvo ships for its architecture), parsed.
 Expected<ChatTemplate> model_chat_template(const Engine& engine);
 
-// Renders `messages` (an array of {role, content} objects) with the generation prompt and
-// tokenizes the result with special tokens parsed.
+// Renders `messages` (an array of {role, content} objects) with the generation prompt: the text
+// that tokenized with special tokens added and parsed gives chat_prompt_tokens' ids.
+Expected<std::string> chat_prompt_text(const Engine& engine, const ChatTemplate& chat_template,
+                                       const nlohmann::ordered_json& messages);
+
+// chat_prompt_text, tokenized with special tokens parsed.
 Expected<std::vector<int32_t>> chat_prompt_tokens(const Engine& engine,
                                                   const ChatTemplate& chat_template,
                                                   const nlohmann::ordered_json& messages);

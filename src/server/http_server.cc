@@ -147,15 +147,9 @@ void HttpServer::Impl::generate(const httplib::Request& req, httplib::Response& 
     }
     prompt = std::move(ids).value();
   } else if (!parsed.prompt_tokens.empty()) {
-    const int32_t n_vocab = engine->tokenizer().n_vocab();
-    for (int32_t id : parsed.prompt_tokens) {
-      if (id >= n_vocab) {
-        return send_error(
-            res, ApiError{400,
-                          "token id " + std::to_string(id) + " is outside the vocabulary of " +
-                              std::to_string(n_vocab),
-                          "invalid_request_error", "prompt", "invalid_value"});
-      }
+    if (Status st = engine->tokenizer().check_ids(parsed.prompt_tokens); !st.ok()) {
+      return send_error(
+          res, ApiError{400, st.message(), "invalid_request_error", "prompt", "invalid_value"});
     }
     prompt = parsed.prompt_tokens;
   } else {

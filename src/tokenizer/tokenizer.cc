@@ -356,6 +356,17 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, bool render_special)
 }
 
 int32_t Tokenizer::n_vocab() const { return impl_->n_vocab(); }
+
+Status Tokenizer::check_ids(std::span<const int32_t> ids) const {
+  const int32_t n = n_vocab();
+  for (int32_t id : ids) {
+    if (id < 0 || id >= n) {
+      return Status::error("token id " + std::to_string(id) + " is outside the vocabulary (0.." +
+                           std::to_string(n - 1) + ")");
+    }
+  }
+  return Status();
+}
 int32_t Tokenizer::bos_id() const { return impl_->bos_id; }
 int32_t Tokenizer::eos_id() const { return impl_->eos_id; }
 bool Tokenizer::add_bos() const { return impl_->add_bos; }

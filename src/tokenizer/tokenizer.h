@@ -64,6 +64,8 @@ class Tokenizer {
   std::string decode(std::span<const int32_t> ids, bool render_special = true) const;
 
   int32_t n_vocab() const;
+  // Rejects ids from a caller (an API's token prompt) that are outside the vocabulary.
+  Status check_ids(std::span<const int32_t> ids) const;
   int32_t bos_id() const;  // -1 when the model has none
   int32_t eos_id() const;
   bool add_bos() const;
