@@ -70,3 +70,15 @@ def test_the_drafter_gets_what_the_budget_leaves():
 def test_a_budget_already_spent_still_trains_half_a_minute_and_says_so():
     drafter, _, left = budget.budget_minutes(10, 2, 0, 0, 9.5 * 60, 60, 1, passes=4)
     assert drafter == 0.5 and left < 0.5
+
+
+def test_the_schedule_runs_over_the_time_that_steps():
+    # Planned steps decide while they are the larger fraction.
+    assert budget.schedule_fraction(50, 100, busy=10, stall=0, budget_s=600) == 0.5
+    # A 60 s compile in a 600 s budget: 60 s after it the schedule is a tenth of the way, not a fifth.
+    assert abs(budget.schedule_fraction(10, 10**6, busy=120, stall=60, budget_s=600) - 60 / 540) < 1e-12
+    # The deadline stays where the budget put it.
+    assert budget.schedule_fraction(10, 10**6, busy=600, stall=60, budget_s=600) == 1.0
+    assert budget.schedule_fraction(10, 10**6, busy=300, stall=0, budget_s=0) == 10 / 10**6
+    # Steps that all count as stalls (a slow machine) still end at the deadline.
+    assert budget.schedule_fraction(3, 10**6, busy=601, stall=601, budget_s=600) == 1.0

@@ -53,3 +53,14 @@ def budget_minutes(total, reserve, minutes, adapter_minutes, elapsed_s, shard_s,
     left = total - elapsed_s / 60 - loads * shard_s / 60 - reserve
     cap = lambda given, budget: min(given, budget) if given > 0 else budget
     return cap(minutes, max(0.5, left)), cap(adapter_minutes, reserve / 3), left
+
+
+def schedule_fraction(step, total, busy, stall, budget_s):
+    """The cosine schedule's fraction: of the planned steps, or of the stepping budget (budget_s
+    seconds, 0: none) when time runs out first. `stall` is the part of `busy` that went to steps
+    which took seconds (torch.compile's first shapes: ~50 s in session 50's run), so the schedule
+    runs over the time that steps, and its deadline stays where the budget put it."""
+    frac = step / total
+    if budget_s > 0:
+        frac = 1.0 if busy >= budget_s else max(frac, (busy - stall) / (budget_s - stall))
+    return frac

@@ -22,7 +22,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from budget import budget_minutes, generation_batches, generation_order  # noqa: E402
+from budget import budget_minutes, generation_batches, generation_order, schedule_fraction  # noqa: E402
 from compiled import Compiled  # noqa: E402
 from corpus import load_prompts, write_generated  # noqa: E402
 import grow as grow_mod  # noqa: E402
@@ -353,7 +353,7 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     """`passes` passes over the training sequences (a pass draws every sequence once, in random
     order, shard by shard), AdamW with a cosine schedule over the planned steps. max_minutes
     (0 = none) caps the time spent stepping; the schedule then follows the elapsed fraction so the
-    learning rate still anneals. With several ranks, shards are this rank's share and
+    learning rate still anneals (the steps that compile do not count: budget.schedule_fraction). With several ranks, shards are this rank's share and
     steps_per_shard (the same on every rank) how many steps each takes; the ranks agree on the
     schedule's fraction every step. shards_once: each shard's features are computed once and it
     takes its share of the schedule in a row (its passes one after another) instead of the shards
@@ -367,17 +367,17 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     # The schedule's fraction at which each shard hands over (shards_once): its share of the steps.
     ends = list(np.cumsum(per_shard) / sum(per_shard)) if shards_once else [1.0] * len(shards)
     ends[-1] = 1.0
-    t0, feat_s, curve, step = time.time(), 0.0, [], 0
+    t0, feat_s, stall, curve, step = time.time(), 0.0, 0.0, [], 0
 
     def one_pass(j):
         """A pass over shard j in random order: "done" when the schedule ends, "next" when the
         shard's share does (shards_once), else "more"."""
-        nonlocal step
+        nonlocal step, stall
         perm = list(shards[j])
         rng.shuffle(perm)
         for b in range(per_shard[j]):
             busy = time.time() - t0 - feat_s
-            frac = max(step / total, busy / (max_minutes * 60) if max_minutes else 0.0)
+            frac = schedule_fraction(step, total, busy, stall, max_minutes * 60)
             if ranks and ranks.world > 1:
                 frac = ranks.max(frac, params[0].device)
             if step >= total or frac >= 1:
@@ -387,6 +387,7 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
             cur = lr * min(1, (step + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * frac))
             for g in opt.param_groups:
                 g["lr"] = cur
+            t_step = time.time()
             loss, acc = step_fn(perm[b * batch:(b + 1) * batch])
             opt.zero_grad(set_to_none=True)
             loss.backward()
@@ -396,6 +397,8 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
             opt.step()
             if on_step:
                 on_step()
+            if time.time() - t_step > 2.0:  # a compile, not a step: the schedule waits for it
+                stall += time.time() - t_step
             if step % log_every == 0:
                 curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
                               "lr": cur, "s": round(time.time() - t0, 1)})
