@@ -60,7 +60,7 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   # (session 34 lost its run to a separate start call that came too late).
   setsid nohup bash -c "w=0; while [ -f /root/kit/started ] && ! grep -q 'job done' /root/kit/logs/job.log 2>/dev/null \
     && [ \$w -lt ${QKITWAIT:-900} ]; do sleep 3; w=\$((w + 3)); done; echo \$w > $W/$name.kitwait
-    ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} python3 $W/code/train.py --target $name --gguf $g --data $data \
+    ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} ${launch:-python3} $W/code/train.py --target $name --gguf $g --data $data \
     --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
 # Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
@@ -92,6 +92,11 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 start smollm2-135m $W/smollm2-135m.gguf b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53 ${SPIECES:-2} s "${SGPU:-}" \
   --n-layer 2 --n-ff 1280 --target-layers 2,15,27 --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${SPASSES:-10} --minutes ${SMINUTES:-2.5} --adapter-passes 2 --adapter-minutes 0.75 --feature-gb 16 --eval-max 256
+# QRANKS=N: the qwen run on N GPUs of the machine through torchrun (train.py's Ranks: each rank
+# generates its share, holds its share's features, QFEATGB each, and the gradients are averaged
+# every step). QTOTAL is wall minutes: the run's GPU minutes are N times it. Tried on the CPU with
+# two gloo ranks and every one-command flag (session 51); not yet on GPUs.
+launch=${QRANKS:+torchrun --standalone --nproc_per_node $QRANKS}
 start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046 ${QPIECES:-20} q "${QGPU:-}" \
   --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers ${QTLAYERS:-2,13,24} --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
@@ -99,6 +104,7 @@ start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2
   ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} ${QCOMPILE:+--compile} ${QFP8:+--feature-fp8} ${QGENCOMPILE:+--gen-compile} \
   ${QTOTAL:+--total-minutes $QTOTAL} ${QGENMIN:+--gen-minutes $QGENMIN} ${QRESERVE:+--reserve-minutes $QRESERVE} \
   ${QREGEN:+--regenerate} $init_args
+launch=
 # Qwen2.5-Coder-0.5B (24 layers, 896 wide; features ~52 GB for 36k prompts): the 1.5B's recipe at
 # its proportions (n_ff twice the width, layers 2 / middle / 4 from the end). Not yet run.
 start qwen2.5-coder-0.5b $W/qwen2.5-coder-0.5b.gguf 1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32 ${PPIECES:-9} p "${PGPU:-}" \
