@@ -363,9 +363,9 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     """`passes` passes over the training sequences (a pass draws every sequence once, in random
     order, shard by shard), AdamW with a cosine schedule over the planned steps. max_minutes
     (0 = none) caps the time spent stepping; the schedule then follows the elapsed fraction so the
-    learning rate still anneals (the steps that compile do not count: budget.schedule_fraction). With several ranks, shards are this rank's share and
-    steps_per_shard (the same on every rank) how many steps each takes; the ranks agree on the
-    schedule's fraction every step. shards_once: each shard's features are computed once and it
+    learning rate still anneals (the steps that compile do not count: budget.schedule_fraction).
+    With several ranks, shards are this rank's share and steps_per_shard (the same on every rank)
+    how many steps each takes; the ranks agree on the schedule's fraction every step. shards_once: each shard's features are computed once and it
     takes its share of the schedule in a row (its passes one after another) instead of the shards
     taking turns every pass, which recomputes every shard's features every pass (~75 s a shard
     for the 1.5B). on_step (optional) is called after every step. Returns curve, steps, step seconds,
