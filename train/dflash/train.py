@@ -407,8 +407,9 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
             opt.step()
             if on_step:
                 on_step()
-            if time.time() - t_step > 2.0:  # a compile, not a step: the schedule waits for it
-                stall += time.time() - t_step
+            took = time.time() - t_step
+            if took > 2.0:  # a compile, not a step: the schedule waits for it
+                stall += took
             if step % log_every == 0:
                 curve.append({"step": step, "loss": round(loss.item(), 4), "acc1": round(acc.item(), 4),
                               "lr": cur, "s": round(time.time() - t0, 1)})
