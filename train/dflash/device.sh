@@ -38,6 +38,16 @@ rm -rf $W/code; cp -r .gpu/df/code $W/code
 for f in .gpu/df/data_*.json.gz; do
   [ -f "$f" ] && [ ! -f "$W/$(basename "$f")" ] && cp "$f" "$W/.tmp_data" && mv "$W/.tmp_data" "$W/$(basename "$f")"
 done
+# QGENAUTO=1: gen_bench.py --choose, on random weights of the 1.5B's shapes, starts with the first
+# call and picks generation's mode (eager, --gen-graphs, or those with --gen-compile) for this
+# machine while the pieces travel; the runs wait for it (at most 900 s, as for a kit's job) and
+# take its flags, and the wait counts in their --total-minutes (train.py --started). Session 52;
+# gen_bench takes ~2-3 minutes against the uploads' ~1, so QTOTAL holds the difference.
+if [ -n "${QGENAUTO:-}" ] && [ ! -f $W/genbench.started ]; then
+  touch $W/genbench.started; rm -rf $W/gbcode; cp -r .gpu/df/code $W/gbcode
+  setsid nohup bash -c "python3 $W/gbcode/gen_bench.py --choose $W/genflags > $W/genbench.log 2>&1
+    touch $W/genbench.done" >/dev/null 2>&1 &
+fi
 start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   name=$1; g=$2; sha=$3; n=$4; dir=$5; gpu=$6; shift 6
   [ -f $W/$name.started ] && return
@@ -60,8 +70,9 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   # (session 34 lost its run to a separate start call that came too late).
   setsid nohup bash -c "w=0; while [ -f /root/kit/started ] && ! grep -q 'job done' /root/kit/logs/job.log 2>/dev/null \
     && [ \$w -lt ${QKITWAIT:-900} ]; do sleep 3; w=\$((w + 3)); done; echo \$w > $W/$name.kitwait
+    t0=\$(date +%s); while [ -f $W/genbench.started ] && [ ! -f $W/genbench.done ] && [ \$w -lt 900 ]; do sleep 2; w=\$((w + 2)); done
     ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} ${launch:-python3} $W/code/train.py --target $name --gguf $g --data $data \
-    --out $W/out_$name --work $W --seed 0 $* > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
+    --out $W/out_$name --work $W --seed 0 --started \$t0 $* \$(cat $W/genflags 2>/dev/null) > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
 # Budgets (H200, both at once): smollm ~5-7 GPU-min, qwen ~13-15. --passes sets the work; --minutes
 # caps the drafter's stepping time should the shared GPU be slower than planned. Session 6 made 12
@@ -79,7 +90,9 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # QMINUTES=12 QPASSES=12 QLOSSVOCAB=32768 QPROFILE=10, 17.3 GPU minutes, 37 ms a step (19251
 # steps). QCOMPILE=1: train.py --compile (torch.compile of the step); QFP8=1: --feature-fp8 (float8
 # features: with QFEATGB=130 the same data in one shard); QGENCOMPILE=1: --gen-compile (generation's
-# decode step compiled). None has run on the GPU yet. QTOTAL=M: train.py --total-minutes (the drafter
+# decode step compiled; not yet run on the GPU); QGENGRAPHS=1: --gen-graphs (generation's decode steps
+# as CUDA graphs, static_decode.py; not yet run on the GPU). QCOMPILE and QFP8 ran in sessions 50 and 52.
+# QTOTAL=M: train.py --total-minutes (the drafter
 # steps for what the budget leaves after generation and features, less QRESERVE minutes, default 2, for
 # the adapter, evaluation and export); QGENMIN=M: --gen-minutes (generation stops there; the prompts it
 # did not reach, a random subset, are left out); QREGEN=1: --regenerate (the data files' kept
@@ -101,7 +114,7 @@ start qwen2.5-coder-1.5b $W/qwen2.5-coder-1.5b.gguf cc324af070c2ecbfd324a30884d2
   --n-layer ${QLAYERS:-3} --n-ff 3072 --target-layers ${QTLAYERS:-2,13,24} --max-new 256 --gen-batch 4000 --gen-tokens 1200000 \
   --passes ${QPASSES:-8} --minutes ${QMINUTES:-8.5} --adapter-passes 1 --adapter-minutes 0.75 --feature-gb ${QFEATGB:-100} --eval-max 256 \
   ${QGENGPUS:+--gen-gpus $QGENGPUS} ${QPROFILE:+--profile-steps $QPROFILE} ${QMAXPROMPTS:+--max-prompts $QMAXPROMPTS} \
-  ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} ${QCOMPILE:+--compile} ${QFP8:+--feature-fp8} ${QGENCOMPILE:+--gen-compile} \
+  ${QLOSSVOCAB:+--loss-vocab $QLOSSVOCAB} ${QCOMPILE:+--compile} ${QFP8:+--feature-fp8} ${QGENCOMPILE:+--gen-compile} ${QGENGRAPHS:+--gen-graphs} \
   ${QTOTAL:+--total-minutes $QTOTAL} ${QGENMIN:+--gen-minutes $QGENMIN} ${QRESERVE:+--reserve-minutes $QRESERVE} \
   ${QREGEN:+--regenerate} $init_args
 launch=
@@ -245,5 +258,6 @@ digest() {
   grep -E '\] (drafter|adapter) \{' "$1" | tail -n 1
   tail -n 2 "$1" | cut -c1-240
 }
+[ -f $W/genbench.log ] && { echo "== gen_bench"; grep -vi warn $W/genbench.log | tail -n 9 | cut -c1-240; }
 for n in $names; do [ -f $W/$n.log ] && { echo "== $n"; digest $W/$n.log; }; done
 ls $OUT

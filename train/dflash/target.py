@@ -14,6 +14,8 @@ import torch.nn.functional as F
 import gguf
 from gguf.quants import dequantize
 
+import static_decode
+
 
 def _field(reader, key, default=None):
     f = reader.fields.get(key)
@@ -176,20 +178,35 @@ class Target(torch.nn.Module):
         return self._fns
 
     @torch.no_grad()
-    def generate(self, prompts, max_new, eos, compiled=False):
+    def generate(self, prompts, max_new, eos, compiled=False, graphs=False):
         """Greedy continuation of a batch of token-id lists (left-padded). Returns the new ids per
         prompt, cut after the first EOS (EOS included). compiled: the step's pieces through
-        torch.compile, and if compiling fails, the eager ones from then on."""
+        torch.compile; graphs: fixed-shape steps replayed as CUDA graphs (static_decode.py). If
+        either fails, generation goes on without it from then on."""
+        eager = (self._pre_attn, self._post_attn, self._head)
+        fns = eager
         if compiled and not getattr(self, "_compile_failed", False):
+            fns = self._compiled()
+        if graphs and not getattr(self, "_graphs_failed", False):
             try:
-                return self._generate(prompts, max_new, eos, *self._compiled())
+                return static_decode.generate(self, prompts, max_new, eos, fns,
+                                              torch.device(self.device).type == "cuda")
             except torch.cuda.OutOfMemoryError:
-                raise  # the batch's size, not the compiler: the caller splits it
+                raise  # the batch's size: the caller splits it
+            except Exception as e:  # noqa: BLE001 -- a capture or compiler failure: plain steps
+                print(f"generate: graphs failed ({type(e).__name__}: {str(e)[:300]}); plain steps from here on",
+                      flush=True)
+                self._graphs_failed = True
+        if fns is not eager:
+            try:
+                return self._generate(prompts, max_new, eos, *fns)
+            except torch.cuda.OutOfMemoryError:
+                raise
             except Exception as e:  # noqa: BLE001 -- any compiler failure: generate uncompiled
                 print(f"generate: torch.compile failed ({type(e).__name__}: {str(e)[:300]}); eager from here on",
                       flush=True)
                 self._compile_failed = True
-        return self._generate(prompts, max_new, eos, self._pre_attn, self._post_attn, self._head)
+        return self._generate(prompts, max_new, eos, *eager)
 
     def _generate(self, prompts, max_new, eos, pre_attn, post_attn, head):
         hp, dev = self.hp, self.device

@@ -139,21 +139,21 @@ def sha256_of(path):
     return h.hexdigest()
 
 
-def generate_rows(tg, rows, max_new, eos, compiled):
-    """tg.generate, in halves while the GPU runs out of memory (a --gen-batch too large for long
-    prompts must not cost the run)."""
+def generate_rows(tg, rows, max_new, eos, how):
+    """tg.generate (how: its compiled / graphs), in halves while the GPU runs out of memory (a
+    --gen-batch too large for long prompts must not cost the run)."""
     try:
-        return tg.generate(rows, max_new, eos, compiled=compiled)
+        return tg.generate(rows, max_new, eos, **how)
     except torch.cuda.OutOfMemoryError:
         if len(rows) == 1:
             raise
     torch.cuda.empty_cache()
     h = len(rows) // 2
     log(f"out of GPU memory generating {len(rows)} rows: two batches of {h} and {len(rows) - h}")
-    return generate_rows(tg, rows[:h], max_new, eos, compiled) + generate_rows(tg, rows[h:], max_new, eos, compiled)
+    return generate_rows(tg, rows[:h], max_new, eos, how) + generate_rows(tg, rows[h:], max_new, eos, how)
 
 
-def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False, deadline=0.0, seed=0):
+def generate_data(tg, prompts, max_new, batch, eos, tokens=0, how=None, deadline=0.0, seed=0):
     """Greedy answers, in budget.py's order and batches (by length; `batch` rows and `tokens` KV
     positions at most). deadline (a time.time(), 0: none): no batch starts after it, and the
     prompts not reached stay None (random chunks of 8 batches each make them a random subset, but
@@ -167,7 +167,7 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0, compiled=False, de
             break
         idx = order[s:e]
         t0 = time.time()
-        gen = generate_rows(tg, [prompts[i]["ids"] for i in idx], max_new, eos, compiled)
+        gen = generate_rows(tg, [prompts[i]["ids"] for i in idx], max_new, eos, how or {})
         for i, g in zip(idx, gen):
             out[i] = g
         # Per batch, so that a run tells where generation's time goes (rows against prompt length).
@@ -224,7 +224,7 @@ def generate_parts(tg, prompts, args, eos, gen_path, helpers=(), every_part=Fals
     the answers do not depend on the split (greedy, one row's result independent of its batch up
     to bf16 rounding). deadline: generate_data's (its prompts not reached stay None)."""
     N, k = args.gen_parts, args.gen_part
-    gen_args = dict(compiled=args.gen_compile, deadline=deadline, seed=args.seed + k)
+    gen_args = dict(how=dict(compiled=args.gen_compile, graphs=args.gen_graphs), deadline=deadline, seed=args.seed + k)
     if N <= 1:
         return generate_data(tg, prompts, args.max_new, args.gen_batch, eos, args.gen_tokens, **gen_args)
     if not 0 <= k < N:
@@ -451,6 +451,9 @@ def main():
                     help="the whole command's minutes (0: no budget): the drafter steps for what is left after "
                          "loading, generation and the first features, less --reserve-minutes and the other "
                          "shards' features")
+    ap.add_argument("--started", type=float, default=0,
+                    help="when the command began (a time.time(); 0: now): --total-minutes and the GPU minutes count "
+                         "from it, so a driver that held the run back (device.sh's gen_bench) counts that wait too")
     ap.add_argument("--reserve-minutes", type=float, default=2.0,
                     help="with --total-minutes: kept for the adapter (a third of it at most), evaluation and export")
     ap.add_argument("--regenerate", action="store_true",
@@ -473,6 +476,8 @@ def main():
     ap.add_argument("--gen-tokens", type=int, default=0, help="KV positions per generation batch, at most (0: no cap)")
     ap.add_argument("--gen-compile", action="store_true",
                     help="generation's decode step through torch.compile (eager if it fails)")
+    ap.add_argument("--gen-graphs", action="store_true",
+                    help="generation's decode steps as CUDA graphs of fixed shapes (static_decode.py; plain if it fails)")
     ap.add_argument("--gen-gpus", default="",
                     help="more GPUs for the generation (CUDA_VISIBLE_DEVICES values, comma-separated): "
                          "this process starts one helper part on each (see generate_parts)")
@@ -511,7 +516,7 @@ def main():
         if args.gen_gpus or args.gen_parts > 1:
             raise SystemExit("error: under torchrun every rank generates its share: leave out --gen-gpus")
         args.gen_parts, args.gen_part = ranks.world, ranks.rank
-    t_start = time.time()
+    t_start = args.started or time.time()
     random.seed(args.seed)
     np.random.seed(args.seed)
     torch.manual_seed(args.seed)

@@ -1,0 +1,129 @@
+"""Greedy generation with fixed-shape decode steps, replayed as CUDA graphs (train.py --gen-graphs).
+
+Session 52's log: a decode step of ~800 to ~2900 rows takes ~33 ms whatever its rows, and one of
+~3900 rows 57 ms. Eager, a step launches ~55 kernels a layer from Python (~1500 for the 1.5B), so
+the small batches wait on the host. Here the steps of a bucket of BUCKET steps share their shapes:
+every step attends over the bucket's last key count L (the keys not yet written are masked), and its
+inputs (token ids, positions, the cache index) sit in fixed tensors. The bucket's first step runs
+eagerly (torch.compile's shapes, if any, are made there), then the step is captured once and
+replayed for the rest. Finished rows leave at a bucket's start (eager generation drops them every
+16 steps). Masked keys weigh exactly 0, so the tokens are those of Target._generate but for
+rounding in the longer sums (the CPU check in gen_bench.py compares them).
+"""
+
+import torch
+
+import target  # its module, not names: target.py imports this file
+
+BUCKET = 64
+
+
+def step(tg, fns, ids, pos, c, L, valid, kc, vc):
+    """T = ids.shape[1] tokens at cache index c (a 0-d device tensor) onward, attending over the
+    first L keys: writes their K and V, returns the greedy next token of each row's last one."""
+    pre_attn, post_attn, head = fns
+    hp, dev = tg.hp, ids.device
+    T = ids.shape[1]
+    x = tg.embd[ids]
+    cos, sin = target.rope_tables(pos, hp.head_dim, hp.rope_base, dev)
+    at = c + torch.arange(T, device=dev)
+    mask = (torch.arange(L, device=dev)[None, :] <= at[:, None])[None] & valid[:, None, :L]
+    mask = mask[:, None]
+    for i, Ly in enumerate(tg.layers):
+        q, k, v = pre_attn(x, Ly["an"], Ly["q"], Ly["k"], Ly["v"], Ly["qb"], Ly["kb"], Ly["vb"], cos, sin)
+        kc[i].index_copy_(2, at, k)
+        vc[i].index_copy_(2, at, v)
+        a = target.grouped_attention(q, kc[i][:, :, :L], vc[i][:, :, :L], mask)
+        x = post_attn(x, a, Ly["o"], Ly["fn"], Ly["g"], Ly["u"], Ly["d"])
+    return head(x)
+
+
+def capture(tg, run):
+    """run() captured as a CUDA graph: (graph, its output tensor). Not torch.cuda.graph(), which
+    runs gc.collect() and empty_cache() before every capture (a run's ~100k prompts make the first
+    slow, the second hands the KV caches' memory back); the graphs share one memory pool, as only
+    the last captured is replayed. The first capture of a process runs it once more on the side
+    stream first (cuBLAS's lazy set-up must not happen inside a capture): run() repeats the eager
+    step just taken, so its cache writes are the same values."""
+    if not hasattr(tg, "_graph_stream"):
+        tg._graph_stream, tg._graph_pool, tg._graph_warm = torch.cuda.Stream(), torch.cuda.graph_pool_handle(), False
+    s = tg._graph_stream
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.stream(s):
+        if not tg._graph_warm:
+            run()
+            tg._graph_warm = True
+        g.capture_begin(pool=tg._graph_pool)
+        try:
+            out = run()
+        except BaseException:  # the stream must leave capture mode; run()'s error is the one to tell
+            try:
+                g.capture_end()
+            except RuntimeError:
+                pass
+            raise
+        g.capture_end()
+    torch.cuda.current_stream().wait_stream(s)
+    return g, out
+
+
+def generate(tg, prompts, max_new, eos, fns, graphs):
+    """Target.generate's result (left-padded batch, new ids cut after the first EOS). graphs: replay
+    captured steps (CUDA); without, the same fixed-shape steps run eagerly (the CPU check)."""
+    hp, dev = tg.hp, tg.device
+    N = len(prompts)
+    P = max(len(p) for p in prompts)
+    S = P + max_new
+    ids = torch.zeros(N, P, dtype=torch.long, device=dev)
+    valid = torch.zeros(N, S, dtype=torch.bool, device=dev)
+    for n, p in enumerate(prompts):
+        ids[n, P - len(p):] = torch.tensor(p, device=dev)
+        valid[n, P - len(p):] = True
+    pos = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
+    kc = [torch.zeros(N, hp.n_head_kv, S, hp.head_dim, dtype=tg.dtype, device=dev) for _ in tg.layers]
+    vc = [torch.zeros_like(k) for k in kc]
+    eos_t = torch.tensor(eos, device=dev)
+    done = torch.zeros(N, dtype=torch.bool, device=dev)
+    out = torch.zeros(N, max_new, dtype=torch.long, device=dev)
+    rows = torch.arange(N, device=dev)  # original row of each live row
+    nxt = step(tg, fns, ids, pos, torch.zeros((), dtype=torch.long, device=dev), P, valid, kc, vc)
+    # The ids, positions and cache index of the step to come, updated in place (a graph reads them).
+    cur_ids, cur_pos, c = nxt[:, None].clone(), pos[:, -1:].clone(), torch.full((), P - 1, dtype=torch.long, device=dev)
+    s = 0
+    while True:
+        out[rows, s] = torch.where(done, torch.zeros_like(nxt), nxt)
+        done = done | torch.isin(nxt, eos_t)
+        s += 1
+        if s == max_new:
+            break
+        cur_ids.copy_(nxt[:, None])
+        cur_pos += 1
+        c += 1
+        if (s - 1) % BUCKET == 0:  # a bucket starts: drop finished rows, take the bucket's shapes
+            n_done = int(done.sum())
+            if n_done == len(rows):
+                break
+            if n_done * 4 >= len(rows):
+                keep = (~done).nonzero()[:, 0]
+                kc, vc = [k[keep] for k in kc], [v[keep] for v in vc]
+                valid, rows, done = valid[keep], rows[keep], done[keep]
+                cur_ids, cur_pos = cur_ids[keep], cur_pos[keep]
+            n = min(BUCKET, max_new - s)
+            L = P + s + n - 1  # keys the bucket's last step sees
+            run = lambda ids=cur_ids, pos=cur_pos, kc=kc, vc=vc, valid=valid, L=L: step(
+                tg, fns, ids, pos, c, L, valid, kc, vc)
+            nxt = run()
+            graph = None  # the last bucket's graph goes before this one's capture reuses its memory
+            graph = capture(tg, run) if graphs and n > 1 else None
+            continue
+        if graph is not None:
+            graph[0].replay()
+            nxt = graph[1]
+        else:
+            nxt = run()
+    res = []
+    for row in out.tolist():
+        cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+        res.append(row[:cut])
+    return res
