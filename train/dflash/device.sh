@@ -40,12 +40,12 @@ for f in .gpu/df/data_*.json.gz; do
 done
 # QGENAUTO=1: gen_bench.py --choose, on random weights of the 1.5B's shapes, starts with the first
 # call and picks generation's mode (eager, --gen-graphs, or those with --gen-compile) for this
-# machine while the pieces travel; the runs wait for it (at most 900 s, as for a kit's job) and
-# take its flags, and the wait counts in their --total-minutes (train.py --started). Session 52;
-# gen_bench takes ~2-3 minutes against the uploads' ~1, so QTOTAL holds the difference.
+# machine while the pieces travel (480 s at most); the runs wait for it and take its flags, and
+# the wait counts in their --total-minutes (train.py --started). Session 52; gen_bench should
+# take ~2-3 minutes against the uploads' ~1, so QTOTAL holds the difference.
 if [ -n "${QGENAUTO:-}" ] && [ ! -f $W/genbench.started ]; then
   touch $W/genbench.started; rm -rf $W/gbcode; cp -r .gpu/df/code $W/gbcode
-  setsid nohup bash -c "python3 $W/gbcode/gen_bench.py --choose $W/genflags > $W/genbench.log 2>&1
+  setsid nohup bash -c "timeout 480 python3 $W/gbcode/gen_bench.py --choose $W/genflags > $W/genbench.log 2>&1
     touch $W/genbench.done" >/dev/null 2>&1 &
 fi
 start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
