@@ -71,22 +71,9 @@ def capture(tg, run):
 def generate(tg, prompts, max_new, eos, fns, graphs):
     """Target.generate's result (left-padded batch, new ids cut after the first EOS). graphs: replay
     captured steps (CUDA); without, the same fixed-shape steps run eagerly (the CPU check)."""
-    hp, dev = tg.hp, tg.device
-    N = len(prompts)
-    P = max(len(p) for p in prompts)
-    S = P + max_new
-    ids = torch.zeros(N, P, dtype=torch.long, device=dev)
-    valid = torch.zeros(N, S, dtype=torch.bool, device=dev)
-    for n, p in enumerate(prompts):
-        ids[n, P - len(p):] = torch.tensor(p, device=dev)
-        valid[n, P - len(p):] = True
-    pos = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
-    kc = [torch.zeros(N, hp.n_head_kv, S, hp.head_dim, dtype=tg.dtype, device=dev) for _ in tg.layers]
-    vc = [torch.zeros_like(k) for k in kc]
-    eos_t = torch.tensor(eos, device=dev)
-    done = torch.zeros(N, dtype=torch.bool, device=dev)
-    out = torch.zeros(N, max_new, dtype=torch.long, device=dev)
-    rows = torch.arange(N, device=dev)  # original row of each live row
+    dev = tg.device
+    ids, valid, pos, kc, vc, eos_t, done, out, rows = tg.new_batch(prompts, max_new, eos)
+    P = ids.shape[1]
     nxt = step(tg, fns, ids, pos, torch.zeros((), dtype=torch.long, device=dev), P, valid, kc, vc)
     # The ids, positions and cache index of the step to come, updated in place (a graph reads them).
     cur_ids, cur_pos, c = nxt[:, None].clone(), pos[:, -1:].clone(), torch.full((), P - 1, dtype=torch.long, device=dev)
@@ -122,8 +109,4 @@ def generate(tg, prompts, max_new, eos, fns, graphs):
             nxt = graph[1]
         else:
             nxt = run()
-    res = []
-    for row in out.tolist():
-        cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-        res.append(row[:cut])
-    return res
+    return target.cut_at_eos(out, eos)

@@ -208,7 +208,10 @@ class Target(torch.nn.Module):
                 self._compile_failed = True
         return self._generate(prompts, max_new, eos, *eager)
 
-    def _generate(self, prompts, max_new, eos, pre_attn, post_attn, head):
+    def new_batch(self, prompts, max_new, eos):
+        """A generation's state for a batch of token-id lists, left-padded to the longest (P):
+        ids [N,P], valid [N,P+max_new] (the real positions), pos [N,P], empty K/V caches a layer,
+        the EOS ids, done and out (the new ids) per row, and rows (each live row's original row)."""
         hp, dev = self.hp, self.device
         N = len(prompts)
         P = max(len(p) for p in prompts)
@@ -218,13 +221,14 @@ class Target(torch.nn.Module):
             ids[n, P - len(p):] = torch.tensor(p, device=dev)
             valid[n, P - len(p):] = True
         pos = (valid[:, :P].long().cumsum(1) - 1).clamp(min=0)
-        S = P + max_new
-        kc = [torch.zeros(N, hp.n_head_kv, S, hp.head_dim, dtype=self.dtype, device=dev) for _ in self.layers]
+        kc = [torch.zeros(N, hp.n_head_kv, P + max_new, hp.head_dim, dtype=self.dtype, device=dev) for _ in self.layers]
         vc = [torch.zeros_like(k) for k in kc]
-        eos_t = torch.tensor(eos, device=dev)
-        done = torch.zeros(N, dtype=torch.bool, device=dev)
-        out = torch.zeros(N, max_new, dtype=torch.long, device=dev)
-        rows = torch.arange(N, device=dev)  # original row of each live row
+        return (ids, valid, pos, kc, vc, torch.tensor(eos, device=dev), torch.zeros(N, dtype=torch.bool, device=dev),
+                torch.zeros(N, max_new, dtype=torch.long, device=dev), torch.arange(N, device=dev))
+
+    def _generate(self, prompts, max_new, eos, pre_attn, post_attn, head):
+        hp, dev = self.hp, self.device
+        ids, valid, pos, kc, vc, eos_t, done, out, rows = self.new_batch(prompts, max_new, eos)
         cur_ids, cur_pos, start = ids, pos, 0
         for step in range(max_new):
             T = cur_ids.shape[1]
@@ -258,9 +262,13 @@ class Target(torch.nn.Module):
                     vc = [v[keep] for v in vc]
                     valid, rows, done = valid[keep], rows[keep], done[keep]
                     cur_ids, cur_pos = cur_ids[keep], cur_pos[keep]
-        out = out.tolist()
-        res = []
-        for row in out:
-            cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
-            res.append(row[:cut])
-        return res
+        return cut_at_eos(out, eos)
+
+
+def cut_at_eos(out, eos):
+    """The new ids [N, max_new] as lists, each cut after its first EOS (EOS included)."""
+    res = []
+    for row in out.tolist():
+        cut = next((j + 1 for j, t in enumerate(row) if t in eos), len(row))
+        res.append(row[:cut])
+    return res
