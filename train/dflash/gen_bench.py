@@ -1,4 +1,4 @@
-"""The trainer's generation on a GPU, eager against --gen-compile, on random weights of the 1.5B's
+"""The trainer's generation on a GPU, eager against its other modes, on random weights of the 1.5B's
 shapes (no model to upload): batches as train.py makes them (~3900 rows of 10-60 prompt tokens, 256
 new tokens), tokens/s per batch eager, compiled, as CUDA graphs (static_decode.py) and both, with the
 share of eager's tokens each mode reproduces, then torch.profiler's kernels over a few eager decode steps. Run

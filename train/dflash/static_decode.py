@@ -7,8 +7,8 @@ every step attends over the bucket's last key count L (the keys not yet written 
 inputs (token ids, positions, the cache index) sit in fixed tensors. The bucket's first step runs
 eagerly (torch.compile's shapes, if any, are made there), then the step is captured once and
 replayed for the rest. Finished rows leave at a bucket's start (eager generation drops them every
-16 steps). Masked keys weigh exactly 0, so the tokens are those of Target._generate but for
-rounding in the longer sums (the CPU check in gen_bench.py compares them).
+16 steps). Both paths run Target.step; masked keys weigh exactly 0, so the tokens are those of
+Target._generate but for rounding in the longer sums (the CPU check in gen_bench.py compares them).
 """
 
 import torch
@@ -16,26 +16,6 @@ import torch
 import target  # its module, not names: target.py imports this file
 
 BUCKET = 64
-
-
-def step(tg, fns, ids, pos, c, L, valid, kc, vc):
-    """T = ids.shape[1] tokens at cache index c (a 0-d device tensor) onward, attending over the
-    first L keys: writes their K and V, returns the greedy next token of each row's last one."""
-    pre_attn, post_attn, head = fns
-    hp, dev = tg.hp, ids.device
-    T = ids.shape[1]
-    x = tg.embd[ids]
-    cos, sin = target.rope_tables(pos, hp.head_dim, hp.rope_base, dev)
-    at = c + torch.arange(T, device=dev)
-    mask = (torch.arange(L, device=dev)[None, :] <= at[:, None])[None] & valid[:, None, :L]
-    mask = mask[:, None]
-    for i, Ly in enumerate(tg.layers):
-        q, k, v = pre_attn(x, Ly["an"], Ly["q"], Ly["k"], Ly["v"], Ly["qb"], Ly["kb"], Ly["vb"], cos, sin)
-        kc[i].index_copy_(2, at, k)
-        vc[i].index_copy_(2, at, v)
-        a = target.grouped_attention(q, kc[i][:, :, :L], vc[i][:, :, :L], mask)
-        x = post_attn(x, a, Ly["o"], Ly["fn"], Ly["g"], Ly["u"], Ly["d"])
-    return head(x)
 
 
 def capture(tg, run):
@@ -74,7 +54,7 @@ def generate(tg, prompts, max_new, eos, fns, graphs):
     dev = tg.device
     ids, valid, pos, kc, vc, eos_t, done, out, rows = tg.new_batch(prompts, max_new, eos)
     P = ids.shape[1]
-    nxt = step(tg, fns, ids, pos, torch.zeros((), dtype=torch.long, device=dev), P, valid, kc, vc)
+    nxt = tg.step(fns, ids, pos, 0, P, valid, kc, vc)
     # The ids, positions and cache index of the step to come, updated in place (a graph reads them).
     cur_ids, cur_pos, c = nxt[:, None].clone(), pos[:, -1:].clone(), torch.full((), P - 1, dtype=torch.long, device=dev)
     s = 0
@@ -98,8 +78,8 @@ def generate(tg, prompts, max_new, eos, fns, graphs):
                 cur_ids, cur_pos = cur_ids[keep], cur_pos[keep]
             n = min(BUCKET, max_new - s)
             L = P + s + n - 1  # keys the bucket's last step sees
-            run = lambda ids=cur_ids, pos=cur_pos, kc=kc, vc=vc, valid=valid, L=L: step(
-                tg, fns, ids, pos, c, L, valid, kc, vc)
+            run = lambda ids=cur_ids, pos=cur_pos, kc=kc, vc=vc, valid=valid, L=L: tg.step(
+                fns, ids, pos, c, L, valid, kc, vc)
             nxt = run()
             graph = None  # the last bucket's graph goes before this one's capture reuses its memory
             graph = capture(tg, run) if graphs and n > 1 else None

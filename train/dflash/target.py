@@ -226,25 +226,33 @@ class Target(torch.nn.Module):
         return (ids, valid, pos, kc, vc, torch.tensor(eos, device=dev), torch.zeros(N, dtype=torch.bool, device=dev),
                 torch.zeros(N, max_new, dtype=torch.long, device=dev), torch.arange(N, device=dev))
 
-    def _generate(self, prompts, max_new, eos, pre_attn, post_attn, head):
-        hp, dev = self.hp, self.device
+    def step(self, fns, ids, pos, c, L, valid, kc, vc):
+        """One generation step (fns: pre_attn, post_attn, head, eager or compiled): T =
+        ids.shape[1] tokens at cache index c (an int, or a 0-d device tensor that a CUDA graph
+        reads) onward, attending over the first L keys under the causal and `valid` masks. Writes
+        their K and V into kc / vc and returns the greedy next token of each row's last one."""
+        pre_attn, post_attn, head = fns
+        hp, dev = self.hp, ids.device
+        T = ids.shape[1]
+        x = self.embd[ids]
+        cos, sin = rope_tables(pos, hp.head_dim, hp.rope_base, dev)
+        at = c + torch.arange(T, device=dev)
+        mask = (torch.arange(L, device=dev)[None, :] <= at[:, None])[None] & valid[:, None, :L]
+        mask = mask[:, None]
+        for i, Ly in enumerate(self.layers):
+            q, k, v = pre_attn(x, Ly["an"], Ly["q"], Ly["k"], Ly["v"], Ly["qb"], Ly["kb"], Ly["vb"], cos, sin)
+            kc[i].index_copy_(2, at, k)
+            vc[i].index_copy_(2, at, v)
+            a = grouped_attention(q, kc[i][:, :, :L], vc[i][:, :, :L], mask)
+            x = post_attn(x, a, Ly["o"], Ly["fn"], Ly["g"], Ly["u"], Ly["d"])
+        return head(x)  # argmax of the bf16 logits: a float copy changes no order
+
+    def _generate(self, prompts, max_new, eos, *fns):
         ids, valid, pos, kc, vc, eos_t, done, out, rows = self.new_batch(prompts, max_new, eos)
         cur_ids, cur_pos, start = ids, pos, 0
         for step in range(max_new):
             T = cur_ids.shape[1]
-            x = self.embd[cur_ids]
-            cos, sin = rope_tables(cur_pos, hp.head_dim, hp.rope_base, dev)
-            qpos = torch.arange(start, start + T, device=dev)
-            kpos = torch.arange(start + T, device=dev)
-            mask = (kpos[None, :] <= qpos[:, None])[None] & valid[:, None, : start + T]
-            mask = mask[:, None]
-            for i, L in enumerate(self.layers):
-                q, k, v = pre_attn(x, L["an"], L["q"], L["k"], L["v"], L["qb"], L["kb"], L["vb"], cos, sin)
-                kc[i][:, :, start:start + T] = k
-                vc[i][:, :, start:start + T] = v
-                a = grouped_attention(q, kc[i][:, :, :start + T], vc[i][:, :, :start + T], mask)
-                x = post_attn(x, a, L["o"], L["fn"], L["g"], L["u"], L["d"])
-            nxt = head(x)  # argmax of the bf16 logits: a float copy changes no order
+            nxt = self.step(fns, cur_ids, cur_pos, start, start + T, valid, kc, vc)
             out[rows, step] = torch.where(done, torch.zeros_like(nxt), nxt)
             done = done | torch.isin(nxt, eos_t)
             if step == max_new - 1:
