@@ -208,6 +208,24 @@ class Target(torch.nn.Module):
                 self._compile_failed = True
         return self._generate(prompts, max_new, eos, *eager)
 
+    @torch.no_grad()
+    def agreement(self, prompts, outs, rows=32):
+        """The share of generated tokens (outs, per prompt) that are the argmax of a full causal
+        forward over the prompt and the tokens before them, on the first `rows` rows: each token
+        judged on its own history by an independent path (SDPA, no cache). Rounding between the
+        paths flips a near tie now and then; a fault in a decode path (a cache index, a mask)
+        flips most tokens. train.py checks its fast generation paths with it."""
+        hit = total = 0
+        for p, o in list(zip(prompts, outs))[:rows]:
+            if not o:
+                continue
+            seq = torch.tensor([list(p) + list(o)], device=self.device)
+            h = self.forward(seq, torch.arange(seq.shape[1], device=self.device)[None], ())["final"][0]
+            pred = (h[len(p) - 1:-1] @ self.lm_head.T).argmax(-1)
+            hit += int((pred == seq[0, len(p):]).sum())
+            total += len(o)
+        return hit / max(1, total)
+
     def new_batch(self, prompts, max_new, eos):
         """A generation's state for a batch of token-id lists, left-padded to the longest (P):
         ids [N,P], valid [N,P+max_new] (the real positions), pos [N,P], empty K/V caches a layer,
