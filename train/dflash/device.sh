@@ -41,8 +41,9 @@ done
 # QGENAUTO=1: gen_bench.py --choose, on random weights of the 1.5B's shapes, starts with the first
 # call and picks generation's mode (eager, --gen-graphs, or those with --gen-compile) for this
 # machine while the pieces travel (480 s at most); the runs wait for it and take its flags, and
-# the wait counts in their --total-minutes (train.py --started). Session 52; gen_bench should
-# take ~2-3 minutes against the uploads' ~1, so QTOTAL holds the difference.
+# the wait counts in their --total-minutes (train.py --started). gen_bench writes the best mode so
+# far after each mode; once QGENWAIT seconds (default 170, about the uploads' time) have passed since
+# it started, a run takes those flags instead of waiting for the compiled mode, and stops it.
 if [ -n "${QGENAUTO:-}" ] && [ ! -f $W/genbench.started ]; then
   touch $W/genbench.started; rm -rf $W/gbcode; cp -r .gpu/df/code $W/gbcode
   setsid nohup bash -c "timeout 480 python3 $W/gbcode/gen_bench.py --choose $W/genflags > $W/genbench.log 2>&1
@@ -70,7 +71,9 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   # (session 34 lost its run to a separate start call that came too late).
   setsid nohup bash -c "w=0; while [ -f /root/kit/started ] && ! grep -q 'job done' /root/kit/logs/job.log 2>/dev/null \
     && [ \$w -lt ${QKITWAIT:-900} ]; do sleep 3; w=\$((w + 3)); done; echo \$w > $W/$name.kitwait
-    t0=\$(date +%s); while [ -f $W/genbench.started ] && [ ! -f $W/genbench.done ] && [ \$w -lt 900 ]; do sleep 2; w=\$((w + 2)); done
+    t0=\$(date +%s); while [ -f $W/genbench.started ] && [ ! -f $W/genbench.done ] && [ \$w -lt 900 ] &&
+      ! { [ -f $W/genflags ] && [ \$((\$(date +%s) - \$(stat -c %Y $W/genbench.started))) -ge ${QGENWAIT:-170} ]; }; do
+      sleep 2; w=\$((w + 2)); done; pkill -f \"gbcode/gen_[b]ench\"; sleep 1
     ${gpu:+CUDA_VISIBLE_DEVICES=$gpu} ${launch:-python3} $W/code/train.py --target $name --gguf $g --data $data \
     --out $W/out_$name --work $W --seed 0 --started \$t0 $* \$(cat $W/genflags 2>/dev/null) > $W/$name.log 2>&1; echo \$? > $W/$name.done" >/dev/null 2>&1 &
 }
@@ -90,8 +93,9 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
 # QMINUTES=12 QPASSES=12 QLOSSVOCAB=32768 QPROFILE=10, 17.3 GPU minutes, 37 ms a step (19251
 # steps). QCOMPILE=1: train.py --compile (torch.compile of the step); QFP8=1: --feature-fp8 (float8
 # features: with QFEATGB=130 the same data in one shard); QGENCOMPILE=1: --gen-compile (generation's
-# decode step compiled; not yet run on the GPU); QGENGRAPHS=1: --gen-graphs (generation's decode steps
-# as CUDA graphs, static_decode.py; not yet run on the GPU). QCOMPILE and QFP8 ran in sessions 50 and 52.
+# decode step compiled; gen_bench ran it in session 53); QGENGRAPHS=1: --gen-graphs (generation's decode
+# steps as CUDA graphs, static_decode.py; session 53's H100 failed the second capture in the allocator,
+# mended since, not yet rerun). QCOMPILE and QFP8 ran in sessions 50, 52 and 53.
 # QTOTAL=M: train.py --total-minutes (the drafter
 # steps for what the budget leaves after generation and features, less QRESERVE minutes, default 2, for
 # the adapter, evaluation and export); QGENMIN=M: --gen-minutes (generation stops there; the prompts it

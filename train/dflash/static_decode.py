@@ -24,9 +24,15 @@ def capture(tg, run):
     slow, the second hands the KV caches' memory back); the graphs share one memory pool, as only
     the last captured is replayed. The first capture of a process runs it once more on the side
     stream first (cuBLAS's lazy set-up must not happen inside a capture): run() repeats the eager
-    step just taken, so its cache writes are the same values."""
+    step just taken, so its cache writes are the same values.
+
+    The process's first graph is kept for good (never replayed again): a pool's count of graphs
+    must not fall to 0 while its blocks live on, or the next capture into it trips the caching
+    allocator's `use_count > 0` assert (session 53's H100, torch 2.11: the second bucket's capture,
+    after the first bucket's graph was dropped, failed so, and generation went eager)."""
     if not hasattr(tg, "_graph_stream"):
         tg._graph_stream, tg._graph_pool, tg._graph_warm = torch.cuda.Stream(), torch.cuda.graph_pool_handle(), False
+        tg._graph_anchor = None
     s = tg._graph_stream
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()
@@ -44,6 +50,8 @@ def capture(tg, run):
                 pass
             raise
         g.capture_end()
+    if tg._graph_anchor is None:
+        tg._graph_anchor = g
     torch.cuda.current_stream().wait_stream(s)
     return g, out
 
@@ -81,7 +89,7 @@ def generate(tg, prompts, max_new, eos, fns, graphs):
             run = lambda ids=cur_ids, pos=cur_pos, kc=kc, vc=vc, valid=valid, L=L: tg.step(
                 fns, ids, pos, c, L, valid, kc, vc)
             nxt = run()
-            graph = None  # the last bucket's graph goes before this one's capture reuses its memory
+            graph = None  # the last bucket's graph goes (capture's anchor keeps the pool's count up)
             graph = capture(tg, run) if graphs and n > 1 else None
             continue
         if graph is not None:
