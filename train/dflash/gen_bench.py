@@ -87,8 +87,9 @@ def choose(tg, short, long, max_new, rows, tokens, eos, sync, path):
         for batch in batches:  # first shapes, lazy set-ups and compiles out of the timing
             tg.generate(batch[:8], static_decode.BUCKET + 2, eos, compiled=compiled, graphs=graphs)
         secs, agree = run_mode(tg, batches, max_new, eos, compiled, graphs, first, sync)
-        if not flags or agree >= 0.5 and not (graphs and getattr(tg, "_graphs_failed", False)) and \
-                not (compiled and getattr(tg, "_compile_failed", False)):
+        fell_back = (graphs and getattr(tg, "_graphs_failed", False)) or \
+            (compiled and getattr(tg, "_compile_failed", False))  # then its times are another mode's
+        if not flags or (agree >= 0.5 and not fell_back):
             times[flags] = secs
         # Another mode must beat eager by 5%: less than that is noise, and eager is the proven one.
         best = min(times, key=lambda f: times[f] * (1.05 if f else 1.0))

@@ -161,8 +161,7 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0, how=None, deadline
     lens = [len(p["ids"]) for p in prompts]
     order = generation_order(lens, 8 * batch if deadline else 0, seed)
     out = [None] * len(prompts)
-    n_batch = 0
-    for s, e in generation_batches(order, lens, batch, tokens, max_new):
+    for j, (s, e) in enumerate(generation_batches(order, lens, batch, tokens, max_new)):
         if deadline and time.time() >= deadline:
             log(f"generation deadline: {len(order) - s} of {len(order)} prompts not generated")
             break
@@ -170,16 +169,15 @@ def generate_data(tg, prompts, max_new, batch, eos, tokens=0, how=None, deadline
         t0 = time.time()
         rows = [prompts[i]["ids"] for i in idx]
         gen = generate_rows(tg, rows, max_new, eos, how or {})
-        if any((how or {}).values()) and n_batch % 8 == 0:
+        if any((how or {}).values()) and j % 8 == 0:
             # The fast paths (graphs, compile) are judged on the real weights: a full forward must
             # own their tokens (bf16 rounding flips a near tie now and then; a fault most tokens).
             agree = tg.agreement(rows, gen)
-            log(f"generation check: {agree:.4f} of 32 rows' tokens agree with a full forward")
+            log(f"generation check: {agree:.4f} of {min(32, len(rows))} rows' tokens agree with a full forward")
             if agree < 0.9:
                 log("generation check failed: eager generation from here on, this batch again")
                 how = {}
                 gen = generate_rows(tg, rows, max_new, eos, how)
-        n_batch += 1
         for i, g in zip(idx, gen):
             out[i] = g
         # Per batch, so that a run tells where generation's time goes (rows against prompt length).
