@@ -86,3 +86,22 @@ def test_unreadable_files_say_so(tmp_path):
         load([str(bad)])
     with pytest.raises(SystemExit, match="missing.json"):
         load([str(tmp_path / "missing.json")])
+
+
+def test_a_corpus_written_in_a_child_is_whole_when_joined(tmp_path):
+    prompts = [{"ids": [1, 2, 3], "cat": "code", "split": "train"}]
+    path = str(tmp_path / "generated.json.gz")
+    join = corpus.in_child(lambda: corpus.write_generated(path, "m", SHA, 8, "cmd", prompts, [[4, 5]]))
+    assert join(60) == 0
+    got = corpus.load_prompts([path], "m", VOCAB, SHA, 8)
+    assert [(p["ids"], p["gen"]) for p in got] == [([1, 2, 3], [4, 5])]
+
+
+def test_a_failing_child_reports_and_a_hung_one_is_killed(tmp_path):
+    said = []
+    assert corpus.in_child(lambda: 1 / 0, log=said.append)(60) == 1
+    import time
+    t = time.time()
+    assert corpus.in_child(lambda: time.sleep(60), log=said.append)(1) is None
+    assert time.time() - t < 10
+    assert said == ["in_child: killed after 1s"]  # the child's own report went to its copy of `said`

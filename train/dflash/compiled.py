@@ -11,16 +11,24 @@ import torch
 
 
 class Compiled:
-    def __init__(self, fn, params, log):
+    """dynamic: {argument index: dimension} of the sizes that change from call to call (the
+    drafter's padded length). Marked before the first call, they give the one graph that torch
+    would otherwise compile on the second shape, after a first, static one (sessions 53-54: the
+    two compiles took 70-130 s of a 9-minute drafter phase)."""
+
+    def __init__(self, fn, params, log, dynamic=None):
         self.eager, self.params, self.log = fn, params, log
         self.fn = torch.compile(fn)
         self.shapes = set()
+        self.dynamic = dynamic or {}
 
     def __call__(self, *args):
         if self.fn is self.eager:
             return self.eager(*args)
         shape = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
         try:
+            for i, dim in self.dynamic.items():
+                torch._dynamo.maybe_mark_dynamic(args[i], dim)
             if shape not in self.shapes:
                 # Inductor compiles the backward lazily: a trial forward and backward of its own
                 # (a compiled backward frees its buffers, so the caller's graph cannot be reused)

@@ -63,3 +63,39 @@ def write_generated(path, target, target_sha, max_new, source, prompts, gen):
     with gzip.open(path + ".tmp", "wt", compresslevel=9) as f:
         json.dump(data, f, separators=(",", ":"))
     os.replace(path + ".tmp", path)
+
+
+def in_child(fn, log=print):
+    """fn() in a forked child, so the run goes on while it works (session 54: the JSON and gzip of
+    100k continuations took 41 s of a 24-minute budget). The child touches no GPU state; its data
+    is the parent's at the fork. Returns join(timeout): the child's exit code, or None once it has
+    been killed for outliving timeout seconds (a hung writer must not hold the run's export)."""
+    import sys
+    import time
+    sys.stdout.flush()  # what the parent has buffered must not be printed twice
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            fn()
+            code = 0
+        except BaseException as e:  # noqa: BLE001 -- the child reports and exits, whatever it was
+            log(f"in_child: {type(e).__name__}: {e}")
+        finally:
+            sys.stdout.flush()
+            os._exit(code)
+
+    def join(timeout):
+        end = time.time() + timeout
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                return os.waitstatus_to_exitcode(status)
+            if time.time() >= end:
+                os.kill(pid, 9)
+                os.waitpid(pid, 0)
+                log(f"in_child: killed after {timeout:.0f}s")
+                return None
+            time.sleep(0.2)
+    return join

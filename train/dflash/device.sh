@@ -32,7 +32,8 @@ if [ -n "${QINIT:-}" ]; then
   fi
   init_args="--init $W/init_q --lr ${QLR:-4e-4}${QGROW:+ --grow}"
 fi
-rm -rf $W/code; cp -r .gpu/df/code $W/code
+# Copied again only when it changed: a --precompile started by an earlier call runs from it.
+diff -rq -x __pycache__ .gpu/df/code $W/code >/dev/null 2>&1 || { rm -rf $W/code; cp -r .gpu/df/code $W/code; }
 # Once, and atomically: a run reads its data ~40 s after it starts, while later calls come by
 # (session 8 lost a run to a copy that truncated the file under the reader).
 for f in .gpu/df/data_*.json.gz; do
@@ -54,6 +55,14 @@ start() { # name gguf sha npieces dir gpu ("": the visible ones) args...
   [ -f $W/$name.started ] && return
   [ -f $W/data_$name.json.gz ] || { echo "no data for $name"; return; }
   case " $* " in *" --init "*) [ -f $W/init_q/model.safetensors ] || return;; esac
+  # QPRECOMPILE=1: train.py --precompile compiles the drafter's step on random weights of the
+  # target's shapes while the pieces travel (the GPU is idle then), into torch's on-disk caches,
+  # where the run's own compile finds it (sessions 53-54: 70-130 s of compiling in the run).
+  if [ -n "${QPRECOMPILE:-}" ] && [ ! -f $W/$name.precompile ] && [ ! -f $g.ok ]; then
+    touch $W/$name.precompile
+    setsid nohup bash -c "timeout 400 python3 $W/code/train.py --precompile --target $name --gguf $g --data - \
+      --out $W/precompile_$name $* > $W/$name.precompile.log 2>&1" >/dev/null 2>&1 &
+  fi
   if [ ! -f $g.ok ]; then
     [ $(ls $M/$dir | wc -l) -eq $n ] || return
     cat $M/$dir/* > $g
@@ -263,5 +272,6 @@ digest() {
   tail -n 2 "$1" | cut -c1-240
 }
 [ -f $W/genbench.log ] && { echo "== gen_bench"; grep -vi warn $W/genbench.log | tail -n 9 | cut -c1-240; }
+for f in $W/*.precompile.log; do [ -f "$f" ] && { echo "== $(basename $f)"; grep -E "precompile|rror" "$f" | tail -n 3 | cut -c1-240; }; done
 for n in $names; do [ -f $W/$n.log ] && { echo "== $n"; digest $W/$n.log; }; done
 ls $OUT

@@ -1,19 +1,15 @@
-"""The target model (llama / qwen2 GGUF) as a minimal PyTorch module, weights dequantized with gguf.
+"""The target model (llama / qwen2 GGUF) as a minimal PyTorch module, weights dequantized on its device.
 
 Only what training needs: a batched forward that returns the outputs of chosen blocks, and a KV-cache
 step for greedy generation. RoPE follows llama.cpp: llama-arch GGUFs store Q/K permuted for the
 interleaved ("norm") mode, qwen2 uses NEOX, so each arch gets its own rotation and no un-permuting.
 """
 
-import concurrent.futures
-
-import numpy as np
 import torch
 import torch.nn.functional as F
 
 import gguf
-from gguf.quants import dequantize
-
+import dequant
 import static_decode
 
 
@@ -25,7 +21,7 @@ def _field(reader, key, default=None):
 
 
 class GGUFWeights:
-    """Dequantized float32 numpy arrays of a GGUF, [rows, cols] like PyTorch, plus the hparams."""
+    """A GGUF's hparams and its tensors, dequantized on demand (tensor()) on the device asked for."""
 
     def __init__(self, path):
         r = gguf.GGUFReader(path)
@@ -47,17 +43,18 @@ class GGUFWeights:
             if name in tokens:
                 eos.add(tokens.index(name))
         self.eos = sorted(eos)
-        tensors = {t.name: t for t in r.tensors}
-        with concurrent.futures.ThreadPoolExecutor(16) as ex:
-            arrs = ex.map(lambda t: (t.name, np.asarray(dequantize(t.data, t.tensor_type), np.float32)),
-                          r.tensors)
-            self.w = dict(arrs)
-        for name, t in tensors.items():  # 1-D tensors come back flat; matrices [rows, cols]
-            shape = list(reversed([int(x) for x in t.shape]))
-            self.w[name] = self.w[name].reshape(shape)
-        self.n_vocab = self.w["token_embd.weight"].shape[0]
-        if "output.weight" not in self.w:  # tied embeddings
-            self.w["output.weight"] = self.w["token_embd.weight"]
+        # The quantized bytes only: Target expands them on its device (dequant.py).
+        self.raw = {t.name: (t.data, t.tensor_type, list(reversed([int(x) for x in t.shape]))) for t in r.tensors}
+        self.n_vocab = self.raw["token_embd.weight"][2][0]
+        self.tied = "output.weight" not in self.raw
+
+    def has(self, name):
+        return name in self.raw or (name == "output.weight" and self.tied)
+
+    def tensor(self, name, device="cpu", dtype=torch.float32):
+        """[rows, cols] like PyTorch (1-D tensors flat); a tied head is the token embedding."""
+        data, qtype, shape = self.raw["token_embd.weight" if name == "output.weight" and self.tied else name]
+        return dequant.to_torch(data, qtype, shape, device, dtype)
 
 
 def rope_tables(positions, head_dim, base, device):
@@ -108,9 +105,9 @@ class Target(torch.nn.Module):
         self.hp = gw
         self.dtype = dtype
         self.device = device
-        t = lambda n: torch.from_numpy(gw.w[n]).to(device=device, dtype=dtype)
+        t = lambda n: gw.tensor(n, device, dtype)
         self.embd = t("token_embd.weight")
-        self.lm_head = t("output.weight") if gw.w["output.weight"] is not gw.w["token_embd.weight"] else self.embd
+        self.lm_head = self.embd if gw.tied else t("output.weight")
         self.out_norm = t("output_norm.weight")
         self.layers = []
         for i in range(gw.n_layer):
@@ -120,7 +117,7 @@ class Target(torch.nn.Module):
                                            ("fn", "ffn_norm.weight"), ("g", "ffn_gate.weight"),
                                            ("u", "ffn_up.weight"), ("d", "ffn_down.weight")]}
             for k, n in [("qb", "attn_q.bias"), ("kb", "attn_k.bias"), ("vb", "attn_v.bias")]:
-                L[k] = t(p + n) if (p + n) in gw.w else None
+                L[k] = t(p + n) if gw.has(p + n) else None
             self.layers.append(L)
         self.rope = rope_neox if gw.arch == "qwen2" else rope_norm
 

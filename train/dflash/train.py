@@ -24,7 +24,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from budget import budget_minutes, generation_batches, generation_order, schedule_fraction  # noqa: E402
 from compiled import Compiled  # noqa: E402
-from corpus import load_prompts, write_generated  # noqa: E402
+from corpus import in_child, load_prompts, write_generated  # noqa: E402
 import grow as grow_mod  # noqa: E402
 from drafter import Drafter, export_arrays, reference_forward, tensors_of  # noqa: E402
 from evaluate import evaluate  # noqa: E402
@@ -445,6 +445,89 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
     return curve, step, time.time() - t0 - feat_s, feat_s, step * batch / n
 
 
+def target_layers(args, hp):
+    return [int(x) for x in args.target_layers.split(",")] if args.target_layers else \
+        [1, hp.n_layer // 2 - 1, hp.n_layer - 4]
+
+
+def drafter_config(args, hp, layers, target_sha):
+    return {"format": "salvo-dflash", "version": 1,
+            "target": {"name": args.target, "arch": hp.arch, "n_embd": hp.n_embd, "n_vocab": hp.n_vocab,
+                       "n_layer": hp.n_layer, "sha256": target_sha},
+            "target_layers": layers, "block_size": args.block, "n_layer": args.n_layer, "n_embd": hp.n_embd,
+            "n_head": hp.n_head, "n_head_kv": hp.n_head_kv, "head_dim": hp.head_dim, "n_ff": args.n_ff,
+            "rope_base": hp.rope_base, "rms_eps": hp.rms_eps,
+            "adapter": {"n_hidden": args.adapter_hidden, "top_k": 8}}
+
+
+def position_weights(B, dev):
+    """The loss's weight of block position j (1..B-1): early positions decide a pass's length."""
+    return torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
+
+
+def autocast(dev):
+    return torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
+
+
+def drafter_forward(d, embd, lm_head, B, weights, loss_vocab, ac, compile_):
+    """The drafter's training forward and loss: f [N,T,k*E], ids [N,T], L [N], anchors [N,A]. One
+    function for the run and for --precompile, so that both compile the same graph."""
+    def forward_loss(f, ids, L, anchors):
+        with ac:
+            y = d.train_forward(f, ids, anchors, embd)
+            return block_loss(y, lm_head, ids, L, anchors, B, weights, vocab=loss_vocab)
+
+    # The padded length (dimension 1 of f and ids) changes from batch to batch.
+    return Compiled(forward_loss, list(d.p.values()), log, dynamic={0: 1, 1: 1}) if compile_ else forward_loss
+
+
+# --precompile: the targets' hparams as their GGUFs give them (rms_eps is the GGUF's float32, widened),
+# so that the graph compiled before the GGUF arrives is the run's graph.
+TARGET_SHAPES = {
+    "qwen2.5-coder-1.5b": dict(arch="qwen2", n_layer=28, n_embd=1536, n_head=12, n_head_kv=2, head_dim=128,
+                               n_vocab=151936, rope_base=1000000.0, rms_eps=9.999999974752427e-07),
+    "qwen2.5-coder-0.5b": dict(arch="qwen2", n_layer=24, n_embd=896, n_head=14, n_head_kv=2, head_dim=64,
+                               n_vocab=151936, rope_base=1000000.0, rms_eps=9.999999974752427e-07),
+    "smollm2-135m": dict(arch="llama", n_layer=30, n_embd=576, n_head=9, n_head_kv=3, head_dim=64,
+                         n_vocab=49152, rope_base=100000.0, rms_eps=9.999999747378752e-06),
+}
+
+
+def precompile(args, dev, max_len=1024):
+    """--precompile: compile the drafter's training step on random weights of the target's shapes,
+    for every padded length up to max_len, and exit. torch.compile keeps what it built on disk
+    (/tmp/torchinductor_$USER, Triton's cache), so a run started later on the machine finds its
+    graphs there: device.sh runs this while the GGUF's pieces travel, when the GPU is idle (the
+    compiles took 70-130 s of sessions 53-54's runs). Nothing here reads the GGUF or the data."""
+    if args.target not in TARGET_SHAPES:
+        raise SystemExit(f"error: --precompile knows the shapes of {', '.join(TARGET_SHAPES)}, not {args.target}")
+    from types import SimpleNamespace
+    hp = SimpleNamespace(**TARGET_SHAPES[args.target])
+    cfg = drafter_config(args, hp, target_layers(args, hp), "")
+    dtype = torch.bfloat16 if dev == "cuda" else torch.float32  # Target's
+    d = Drafter(cfg).to(dev)
+    embd = (torch.randn(hp.n_vocab, hp.n_embd, device=dev) * 0.02).to(dtype)
+    B, k = args.block, len(cfg["target_layers"])
+    vocab = LossVocab(list(range(min(args.loss_vocab, hp.n_vocab))), hp.n_vocab, embd) if args.loss_vocab > 0 \
+        else None
+    forward = drafter_forward(d, embd, embd, B, position_weights(B, dev), vocab, autocast(dev), True)
+    rng = random.Random(0)
+    t0 = time.time()
+    for T in range(padded_len(B + 2, args.pad_multiple), max_len + 1, args.pad_multiple):
+        L = [rng.randint(max(B + 2, T - args.pad_multiple + 1), T) for _ in range(args.batch)]
+        L[0] = T
+        plens = [rng.randint(1, n - B) for n in L]
+        f = torch.randn(args.batch, T, k * hp.n_embd, device=dev).to(torch.bfloat16)
+        ids = torch.randint(0, hp.n_vocab, (args.batch, T), device=dev)
+        anchors = torch.tensor(sample_anchors(L, plens, args.anchors, B, rng), device=dev)
+        loss, _ = forward(f, ids, torch.tensor(L, device=dev), anchors)
+        loss.backward()
+        if forward.fn is forward.eager:
+            raise SystemExit("error: the compile failed (above); the run will train eagerly")
+        log(f"precompile: T={T} done, {time.time() - t0:.0f}s")
+    log(f"precompile: {time.time() - t0:.0f}s for lengths up to {max_len}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--target", required=True)
@@ -517,6 +600,9 @@ def main():
                     help="torch.profiler over this many drafter steps (after 33), its table in the log")
     ap.add_argument("--compile", action="store_true",
                     help="the drafter's training forward and loss through torch.compile (eager if it fails)")
+    ap.add_argument("--precompile", action="store_true",
+                    help="only compile the drafter's step for the target's shapes on random weights (torch's "
+                         "on-disk caches keep it for a run started later; see precompile) and exit")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     args = ap.parse_args()
     if args.pad_multiple < 1:
@@ -532,6 +618,8 @@ def main():
     torch.manual_seed(args.seed)
     dev = args.device
     torch.backends.cuda.matmul.allow_tf32 = False
+    if args.precompile:
+        return precompile(args, dev)
     os.makedirs(args.out, exist_ok=True)
 
     log("loading", args.gguf)
@@ -575,20 +663,25 @@ def main():
         if new_gen is None:  # a helper part: its share is written, part 0 trains
             log(f"part {args.gen_part}/{args.gen_parts} written")
             return
-        if ranks.rank == 0:
-            json.dump(new_gen, open(gen_path + ".tmp", "w"))
-            os.replace(gen_path + ".tmp", gen_path)
     t_gen = time.time() - t_gen
     helper_s = sum(finish_helper(h) for h in helpers)
     gen = [p.get("gen") for p in prompts]
     for i, g in zip(todo, new_gen):
         gen[i] = g
     done = [i for i, g in enumerate(new_gen) if g is not None]
+    join_writes = lambda timeout: None
     if ranks.rank == 0 and done:
-        path = os.path.join(args.out, "generated.json.gz")
-        write_generated(path, args.target, target_sha, args.max_new, " ".join(sys.argv),
-                        [todo_prompts[i] for i in done], [new_gen[i] for i in done])
-        log(f"{path}: {len(done)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
+        # The cache (a rerun skips generation) and generated.json.gz (a later run's data) are
+        # written by a child while the features start: 41 s of session 54's budget otherwise.
+        def write_both():
+            if not cached:
+                json.dump(new_gen, open(gen_path + ".tmp", "w"))
+                os.replace(gen_path + ".tmp", gen_path)
+            path = os.path.join(args.out, "generated.json.gz")
+            write_generated(path, args.target, target_sha, args.max_new, " ".join(sys.argv),
+                            [todo_prompts[i] for i in done], [new_gen[i] for i in done])
+            log(f"{path}: {len(done)} prompts with their continuations, {os.path.getsize(path) / 1e6:.1f} MB")
+        join_writes = in_child(write_both, log)
     log(f"generation {t_gen:.0f}s for {len(done)} of {len(todo)} prompts ({len(prompts) - len(todo)} came with "
         f"theirs), mean {np.mean([len(g) for g in gen if g is not None]):.0f} new tokens")
     if len(done) < len(todo):  # --gen-minutes ran out: the prompts not reached are left out
@@ -611,15 +704,8 @@ def main():
     seqs = [prompts[i]["ids"] + gen[i] for i in range(len(prompts))]
     plens = [len(p["ids"]) for p in prompts]
 
-    layers = [int(x) for x in args.target_layers.split(",")] if args.target_layers else \
-        [1, gw.n_layer // 2 - 1, gw.n_layer - 4]
-    cfg = {"format": "salvo-dflash", "version": 1,
-           "target": {"name": args.target, "arch": gw.arch, "n_embd": gw.n_embd, "n_vocab": gw.n_vocab,
-                      "n_layer": gw.n_layer, "sha256": target_sha},
-           "target_layers": layers, "block_size": args.block, "n_layer": args.n_layer, "n_embd": gw.n_embd,
-           "n_head": gw.n_head, "n_head_kv": gw.n_head_kv, "head_dim": gw.head_dim, "n_ff": args.n_ff,
-           "rope_base": gw.rope_base, "rms_eps": gw.rms_eps,
-           "adapter": {"n_hidden": args.adapter_hidden, "top_k": 8}}
+    layers = target_layers(args, gw)
+    cfg = drafter_config(args, gw, layers, target_sha)
     log("config", json.dumps(cfg))
 
     # Shards of the whole training set over every rank's memory; rank r holds every world-th
@@ -666,14 +752,14 @@ def main():
         log(f"weights from {args.init}" + (" (grown)" if args.grow else ""))
     ranks.same_weights(list(d.p.values()) + list(d.a.values()))
     B = args.block
-    weights = torch.exp(-torch.arange(B - 1, device=dev, dtype=torch.float32) / 7.0)
+    weights = position_weights(B, dev)
     grng = random.Random(args.seed + 1 + 1000 * ranks.rank)  # each rank its own anchors and order
     embd, lm_head = tg.embd, tg.lm_head
     ranked = token_ranks([seqs[i][plens[i]:] for i in tr])
     loss_vocab = LossVocab(ranked[:args.loss_vocab], gw.n_vocab, lm_head) if args.loss_vocab > 0 else None
     if loss_vocab is not None:
         log(f"loss over the {len(loss_vocab.ids)} best-ranked ids")
-    ac = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
+    ac = autocast(dev)
 
     def batch_of(sel):
         rows = torch.tensor(sel, device=dev)
@@ -683,13 +769,8 @@ def main():
         anchors = torch.tensor(sample_anchors(L.tolist(), [plens[s] for s in sel], args.anchors, B, grng), device=dev)
         return store.batch(sel, T), ids, L, anchors
 
-    def forward_loss(f, ids, L, anchors):
-        with ac:
-            y = d.train_forward(f, ids, anchors, embd)
-            return block_loss(y, lm_head, ids, L, anchors, B, weights, vocab=loss_vocab)
-
     params = [p for p in d.p.values()]
-    forward = Compiled(forward_loss, params, log) if args.compile else forward_loss
+    forward = drafter_forward(d, embd, lm_head, B, weights, loss_vocab, ac, args.compile)
 
     def drafter_step(sel):
         return forward(*batch_of(sel))
@@ -763,8 +844,8 @@ def main():
     s = ho_seqs[r0]
     T = min(plens[ho[r0]] + 8, len(s) - 1)
     ref_feats = compute_features(tg, [s[:T]], layers, 1, dev)[0].float().cpu()
-    E32 = torch.from_numpy(np.array(gw.w["token_embd.weight"], dtype=np.float32))
-    H32 = torch.from_numpy(np.array(gw.w["output.weight"], dtype=np.float32))
+    E32 = gw.tensor("token_embd.weight")
+    H32 = gw.tensor("output.weight")
     logits, y = reference_forward(cfg, deq, ref_feats, s[T], E32, H32)
     prev = torch.tensor([s[T]] + list(np.random.RandomState(args.seed).randint(0, gw.n_vocab, B - 2)), dtype=torch.int32)
     yb = y[1:]
@@ -797,6 +878,8 @@ def main():
                "loss_curve": curve, "adapter_curve": acurve, "heldout_tau": tau, "bench_tau": bench_tau, "bench_walk_tau": bench_walk, "train_tau": train_tau, "n_train_eval": len(tr_eval), "n_bench": len(bench),
                "reference_cross_check_rel": xdiff},
               open(os.path.join(args.out, "train_log.json"), "w"), indent=1)
+    if join_writes(300) not in (None, 0):
+        log("the continuations were not written (the child's error above)")
     for f in sorted(os.listdir(args.out)):
         log(f, os.path.getsize(os.path.join(args.out, f)))
 
