@@ -8,6 +8,8 @@ node's token (adapted logits, renormalized over the top_k and scaled to the marg
 """
 
 import heapq
+import multiprocessing
+import os
 
 import torch
 
@@ -47,6 +49,48 @@ class Table:
         return self.alp[dep - 1][max(parent_c, 0)][c]
 
 
+def anchor_results(job):
+    """Per anchor of one sequence: the draft tokens each builder gets accepted. Pure Python on
+    lists, so that a pool of processes can share the work."""
+    ttok_l, tlp_l, alp_l, labels_all, B, k = job
+    acc = []
+    for a, lab in enumerate(labels_all):
+        n = 0
+        while n < B - 1 and ttok_l[a][n][0] == lab[n]:
+            n += 1
+        got = {"chain": n}
+        for name, tab in (("", Table(ttok_l[a], tlp_l[a])), ("_adapter", Table(ttok_l[a], tlp_l[a], alp_l[a]))):
+            res = best_first(tab, lab, B - 1, k, max(BUDGETS))
+            for b in BUDGETS:
+                got[f"tree{b}{name}"] = res[b - 1]
+        acc.append(got)
+    return acc
+
+
+_JOBS = []  # the pool's input: forked workers read it from the parent's memory, nothing is pickled
+
+
+def _job(i):
+    return anchor_results(_JOBS[i])
+
+
+def pooled(jobs, workers=16):
+    """anchor_results of every job, in forked processes where cores are free. The trees are pure
+    Python: most of session 54's 70 s of evaluation ran on one core of sixteen."""
+    n = min(len(jobs), os.cpu_count() or 1, workers)
+    if n > 1 and "fork" in multiprocessing.get_all_start_methods():
+        global _JOBS
+        _JOBS = jobs
+        try:
+            with multiprocessing.get_context("fork").Pool(n) as pool:
+                return pool.map(_job, range(len(jobs)), chunksize=max(1, len(jobs) // (4 * n)))
+        except Exception as e:  # noqa: BLE001 -- the pool is an optimisation: one core still does it
+            print(f"evaluate: the pool failed ({type(e).__name__}: {e}); one process", flush=True)
+        finally:
+            _JOBS = []
+    return [anchor_results(job) for job in jobs]
+
+
 @torch.no_grad()
 def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=False):
     """Mean tau per category and builder over anchors every `stride` positions of the generated
@@ -58,6 +102,7 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
     stats = {}
     embd, lm_head = tg.embd.float(), tg.lm_head.float()
     keys = ["chain"] + [f"tree{b}" for b in BUDGETS] + [f"tree{b}_adapter" for b in BUDGETS]
+    jobs = []  # per sequence: its category and anchor_results' input
     for s, P, cat in zip(seqs, plens, cats):
         anchors = list(range(P, len(s) - B + 1, stride))
         if not anchors:
@@ -80,19 +125,8 @@ def evaluate(tg, d, cfg, seqs, plens, cats, layers, dev, stride=3, k=8, walk=Fal
         mass = torch.logsumexp(tlp, -1)[:, :, None, None]
         alp = torch.log_softmax(al, -1) + mass
         labels_all = [s[p + 1:p + B] for p in anchors]
-        ttok_l, tlp_l, alp_l = ttok.tolist(), tlp.tolist(), alp.tolist()
-        acc = []  # per anchor: accepted draft tokens of every builder
-        for a in range(len(anchors)):
-            lab = labels_all[a]
-            n = 0
-            while n < B - 1 and ttok_l[a][n][0] == lab[n]:
-                n += 1
-            got = {"chain": n}
-            for name, tab in (("", Table(ttok_l[a], tlp_l[a])), ("_adapter", Table(ttok_l[a], tlp_l[a], alp_l[a]))):
-                res = best_first(tab, lab, B - 1, k, max(BUDGETS))
-                for b in BUDGETS:
-                    got[f"tree{b}{name}"] = res[b - 1]
-            acc.append(got)
+        jobs.append((cat, (ttok.tolist(), tlp.tolist(), alp.tolist(), labels_all, B, k)))
+    for (cat, _), acc in zip(jobs, pooled([job for _, job in jobs])):
         st = stats.setdefault(cat, {"n": 0, **{key: 0.0 for key in keys},
                                     **({"passes_" + key: 0 for key in keys} if walk else {})})
         if not walk:
