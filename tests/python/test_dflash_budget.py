@@ -56,9 +56,13 @@ def test_a_prompt_longer_than_the_token_cap_still_gets_its_batch():
 
 def test_the_drafter_gets_what_the_budget_leaves():
     # 22 minutes: 6.5 spent (load, generation, the first shard's 90 s of features), one shard
-    # more to load, 2 kept: the drafter 22 - 6.5 - 1.5 - 2 = 12 minutes, the adapter 2 / 3.
+    # more to load, 2 kept: the drafter 22 - 6.5 - 1.5 - 2 = 12 minutes, the adapter all of the 2 but
+    # the half minute the evaluation and export keep.
     drafter, adapter, left = budget.budget_minutes(22, 2, 0, 0, 6.5 * 60, 90, 2, passes=20)
-    assert abs(drafter - 12) < 1e-9 and abs(adapter - 2 / 3) < 1e-9 and abs(left - 12) < 1e-9
+    assert abs(drafter - 12) < 1e-9 and abs(adapter - 1.5) < 1e-9 and abs(left - 12) < 1e-9
+    # A small reserve still gives the adapter a third of it.
+    _, adapter, _ = budget.budget_minutes(22, 0.6, 0, 0, 6.5 * 60, 90, 2, passes=20)
+    assert abs(adapter - 0.2) < 1e-9
     # --minutes and --adapter-minutes cap them further.
     drafter, adapter, _ = budget.budget_minutes(22, 2, 5, 0.25, 6.5 * 60, 90, 2, passes=20)
     assert drafter == 5 and adapter == 0.25

@@ -45,14 +45,15 @@ def budget_minutes(total, reserve, minutes, adapter_minutes, elapsed_s, shard_s,
     """--total-minutes: the drafter's and the adapter's minutes (train_phase's caps) from what
     `total` has left after `elapsed_s` (loading, generation, the first shard's features, `shard_s`
     of them). The other shards' features are loaded once each (every pass with --shards-per-pass)
-    and cost what the first did; `reserve` is kept for the adapter (a third of it at most), the
-    evaluation and the export. `minutes` and `adapter_minutes`, where above 0, cap these too. The
+    and cost what the first did; `reserve` is kept for the adapter, the evaluation and the export:
+    the adapter gets all but half a minute of it (the evaluation's trees run in a pool since
+    session 54: ~15 s), a third at least. `minutes` and `adapter_minutes`, where above 0, cap these too. The
     drafter gets half a minute at least. Returns (drafter, adapter, left): left below 0.5 means the
     run ends past `total`."""
     loads = max(0, math.ceil(passes) * n_shards - 1) if shards_per_pass else n_shards - 1
     left = total - elapsed_s / 60 - loads * shard_s / 60 - reserve
     cap = lambda given, budget: min(given, budget) if given > 0 else budget
-    return cap(minutes, max(0.5, left)), cap(adapter_minutes, reserve / 3), left
+    return cap(minutes, max(0.5, left)), cap(adapter_minutes, max(reserve / 3, reserve - 0.5)), left
 
 
 def schedule_fraction(step, total, busy, stall, budget_s):

@@ -548,7 +548,7 @@ def main():
                     help="when the command began (a time.time(); 0: now): --total-minutes and the GPU minutes count "
                          "from it, so a driver that held the run back (device.sh's gen_bench) counts that wait too")
     ap.add_argument("--reserve-minutes", type=float, default=2.0,
-                    help="with --total-minutes: kept for the adapter (a third of it at most), evaluation and export")
+                    help="with --total-minutes: kept for the adapter (all but half a minute, a third at least), evaluation and export")
     ap.add_argument("--regenerate", action="store_true",
                     help="generate every prompt's continuation, also where a --data file comes with one")
     ap.add_argument("--gen-minutes", type=float, default=0,
