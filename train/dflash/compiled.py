@@ -25,19 +25,29 @@ class Compiled:
     def __call__(self, *args):
         if self.fn is self.eager:
             return self.eager(*args)
-        shape = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
         try:
-            for i, dim in self.dynamic.items():
-                torch._dynamo.maybe_mark_dynamic(args[i], dim)
-            if shape not in self.shapes:
-                # Inductor compiles the backward lazily: a trial forward and backward of its own
-                # (a compiled backward frees its buffers, so the caller's graph cannot be reused)
-                # makes its failure, too, fall back before the step.
-                trial = self.fn(*args)[0]
-                torch.autograd.grad(trial, [p for p in self.params if p.requires_grad], allow_unused=True)
-                self.shapes.add(shape)
-            return self.fn(*args)
+            return self._compiled(*args)
         except Exception as e:  # noqa: BLE001 -- any compiler failure: train on, uncompiled
+            if self.dynamic:  # the marks are new (session 54): without them, torch compiles per shape
+                self.log(f"torch.compile with dynamic lengths failed ({type(e).__name__}: {str(e)[:300]}); "
+                         "compiling per shape")
+                self.dynamic, self.shapes = {}, set()
+                torch._dynamo.reset()
+                self.fn = torch.compile(self.eager)
+                return self(*args)
             self.log(f"torch.compile failed ({type(e).__name__}: {str(e)[:300]}); the eager step from here on")
             self.fn = self.eager
             return self.eager(*args)
+
+    def _compiled(self, *args):
+        for i, dim in self.dynamic.items():
+            torch._dynamo.maybe_mark_dynamic(args[i], dim)
+        shape = tuple(tuple(a.shape) for a in args if isinstance(a, torch.Tensor))
+        if shape not in self.shapes:
+            # Inductor compiles the backward lazily: a trial forward and backward of its own
+            # (a compiled backward frees its buffers, so the caller's graph cannot be reused)
+            # makes its failure, too, fall back before the step.
+            trial = self.fn(*args)[0]
+            torch.autograd.grad(trial, [p for p in self.params if p.requires_grad], allow_unused=True)
+            self.shapes.add(shape)
+        return self.fn(*args)
