@@ -6,6 +6,8 @@ No torch here, so the tests run it on any machine (tests/python/test_dflash_corp
 import gzip
 import json
 import os
+import sys
+import time
 import zlib
 
 
@@ -70,8 +72,6 @@ def in_child(fn, log=print):
     100k continuations took 41 s of a 24-minute budget). The child touches no GPU state; its data
     is the parent's at the fork. Returns join(timeout): the child's exit code, or None once it has
     been killed for outliving timeout seconds (a hung writer must not hold the run's export)."""
-    import sys
-    import time
     sys.stdout.flush()  # what the parent has buffered must not be printed twice
     sys.stderr.flush()
     pid = os.fork()

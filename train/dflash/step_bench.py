@@ -12,7 +12,6 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import train as T  # noqa: E402
-from compiled import Compiled  # noqa: E402
 from drafter import Drafter  # noqa: E402
 
 
@@ -27,14 +26,8 @@ def main():
     d = Drafter(cfg).to(dev)
     embd = (torch.randn(151936, E, device=dev) * 0.02).bfloat16()
     head = (torch.randn(V, E, device=dev) * 0.02).bfloat16()
-    w = torch.exp(-torch.arange(B - 1, dtype=torch.float32, device=dev) / 7.0)
-    ac = torch.autocast("cuda", dtype=torch.bfloat16) if dev == "cuda" else torch.autocast("cpu", enabled=False)
-
-    def forward_loss(f, ids, L, anchors):
-        with ac:
-            y = d.train_forward(f, ids, anchors, embd)
-            return T.block_loss(y, head, ids, L, anchors, B, w)
-
+    # train.py's own step (the head stands for --loss-vocab's: labels are drawn below V)
+    forward_loss = T.drafter_forward(d, embd, head, B, T.position_weights(B, dev), None, T.autocast(dev), False)
     params = list(d.p.values())
     opt = torch.optim.AdamW(params, lr=1e-4, fused=dev == "cuda")
     rng = random.Random(0)
@@ -60,7 +53,7 @@ def main():
 
     ms_per_step(forward_loss, 5)
     print(f"eager: {ms_per_step(forward_loss, 40):.2f} ms a step", flush=True)
-    compiled = Compiled(forward_loss, params, print)
+    compiled = T.drafter_forward(d, embd, head, B, T.position_weights(B, dev), None, T.autocast(dev), True)
     t0 = time.time()
     ms_per_step(compiled, 2)
     print(f"compile: {time.time() - t0:.0f} s, fell back: {compiled.fn is compiled.eager}", flush=True)
