@@ -7,6 +7,7 @@ a row) fit one shard and every pass draws from all of them. e4m3 keeps ~3 signif
 any magnitude, which the per-token scale puts in range (the target's hidden states hold a few
 channels hundreds of times larger than the rest)."""
 
+import gc
 import math
 import time
 
@@ -61,10 +62,14 @@ class FeatureStore:
     or float8 with scales) so that tens of thousands of sequences fit; a larger set is trained on in
     shards (see shards_of)."""
 
-    def __init__(self, tg, seqs, layers, dev, tokens_per_batch=64 * 512, fp8=False):
+    def __init__(self, tg, seqs, layers, dev, tokens_per_batch=64 * 512, fp8=False, capacity=0):
         self.tg, self.seqs, self.layers, self.dev, self.tpb = tg, seqs, layers, dev, tokens_per_batch
         self.fp8, self.k = fp8, len(layers)
         self.key, self.flat, self.scale = None, None, None
+        # One buffer for every shard, sized at the first load for `capacity` tokens (the largest
+        # shard's): session 55's run freed its first 40 GB shard and could not allocate the
+        # second, the allocator's cache having fragmented around it over 12k steps.
+        self.cap, self.buf, self.sbuf = capacity, None, None
 
     def load(self, idx):
         key = tuple(idx)
@@ -79,9 +84,19 @@ class FeatureStore:
         width = self.k * self.tg.hp.n_embd
         # float8 is kept as its bytes (uint8): indexing and copies need no float8 kernels.
         dtype = torch.uint8 if self.fp8 else torch.bfloat16
-        self.flat = torch.empty(sum(lens), width, dtype=dtype, device=self.dev)
+        n_tok = sum(lens)
+        if self.buf is None or self.buf.shape[0] < n_tok:
+            self.buf, self.sbuf = None, None
+            gc.collect()
+            if self.dev == "cuda":
+                torch.cuda.empty_cache()
+            rows = max(n_tok, self.cap)
+            self.buf = torch.empty(rows, width, dtype=dtype, device=self.dev)
+            if self.fp8:
+                self.sbuf = torch.empty(rows, self.k, dtype=torch.float32, device=self.dev)
+        self.flat = self.buf[:n_tok]
         if self.fp8:
-            self.scale = torch.empty(sum(lens), self.k, dtype=torch.float32, device=self.dev)
+            self.scale = self.sbuf[:n_tok]
         order = sorted(range(len(idx)), key=lambda n: lens[n])  # similar lengths together: little padding
         s = 0
         while s < len(order):
@@ -115,12 +130,22 @@ class FeatureStore:
         return self.flat[at]
 
 
-def shards_of(tr, seqs, token_bytes, feature_gb, rng):
+def shards_of(tr, seqs, token_bytes, feature_gb, rng, trim=0.03):
     """The training indices in shards whose packed features fit in feature_gb (one shard when all
-    fit), and the features' total GB."""
+    fit), and the features' total GB. When the features are at most `trim` over a shard fewer,
+    the sequences past it are left out: session 55's 131 GB against 2 x 64 made a third shard,
+    whose features cost 67 s of an H100's time (~3,000 steps) for 2% of the data."""
     total = sum(len(seqs[i]) for i in tr) * token_bytes / 1e9
     k = max(1, math.ceil(total / feature_gb))
     order = list(tr)
     if k > 1:
         rng.shuffle(order)
+    if k > 1 and total <= (k - 1) * feature_gb * (1 + trim):
+        k -= 1
+        room, kept = k * feature_gb * 1e9 / token_bytes, []
+        for i in order:
+            if room >= len(seqs[i]):
+                kept.append(i)
+                room -= len(seqs[i])
+        order, total = kept, sum(len(seqs[i]) for i in kept) * token_bytes / 1e9
     return [sorted(order[j::k]) for j in range(k)], total

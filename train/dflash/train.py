@@ -710,15 +710,19 @@ def main():
 
     # Shards of the whole training set over every rank's memory; rank r holds every world-th
     # sequence of each, and all ranks take the steps of the smallest share.
-    feature_gb, store = args.feature_gb, None
+    feature_gb, store, trim = args.feature_gb, None, 0.03
     while store is None:
         shards, feat_gb = shards_of(tr, seqs, feature_bytes(len(layers), gw.n_embd, args.feature_fp8),
-                                    feature_gb * ranks.world, random.Random(args.seed + 3))
+                                    feature_gb * ranks.world, random.Random(args.seed + 3), trim)
+        left_out = len(tr) - sum(len(sh) for sh in shards)
         steps_per_shard = [max(1, len(sh) // ranks.world // args.batch) for sh in shards]
         shards = [sh[ranks.rank::ranks.world] for sh in shards]
         log(f"{len(tr)} training sequences, {sum(len(seqs[i]) for i in tr)} tokens, features {feat_gb:.1f} GB "
             f"in {len(shards)} shard(s)" + (f" over {ranks.world} ranks" if ranks.world > 1 else ""))
-        store = FeatureStore(tg, seqs, layers, dev, fp8=args.feature_fp8)
+        if left_out > 0:
+            log(f"{left_out} training sequences left out: a shard fewer to compute")
+        store = FeatureStore(tg, seqs, layers, dev, fp8=args.feature_fp8,
+                             capacity=max(sum(len(seqs[i]) for i in sh) for sh in shards))
         try:
             t_feat = store.load(shards[0])
         except torch.cuda.OutOfMemoryError:
@@ -730,6 +734,7 @@ def main():
             store = None
         if store is None:
             torch.cuda.empty_cache()
+            trim = 0  # the shard more must not be trimmed away again
             feature_gb = feat_gb / ranks.world / (len(shards) + 1) * 1.01
             log(f"out of GPU memory for the features: {len(shards) + 1} shards of at most {feature_gb:.1f} GB")
     log(f"features of shard 0 in {t_feat:.0f}s")
