@@ -74,16 +74,19 @@ def _job(i):
     return anchor_results(_JOBS[i])
 
 
-def pooled(jobs, workers=16):
+def pooled(jobs, workers=16, timeout=120):
     """anchor_results of every job, in forked processes where cores are free. The trees are pure
-    Python: most of session 54's 70 s of evaluation ran on one core of sixteen."""
+    Python: most of session 54's 70 s of evaluation ran on one core of sixteen. The workers are
+    forked from a process that holds CUDA and torch's threads: should one hang on a lock taken
+    at the fork, the pool is ended after `timeout` seconds (one process takes ~50) and one
+    process does the work, so a window's run still ends."""
     n = min(len(jobs), os.cpu_count() or 1, workers)
     if n > 1 and "fork" in multiprocessing.get_all_start_methods():
         global _JOBS
         _JOBS = jobs
         try:
-            with multiprocessing.get_context("fork").Pool(n) as pool:
-                return pool.map(_job, range(len(jobs)), chunksize=max(1, len(jobs) // (4 * n)))
+            with multiprocessing.get_context("fork").Pool(n) as pool:  # its exit terminates the workers
+                return pool.map_async(_job, range(len(jobs)), chunksize=max(1, len(jobs) // (4 * n))).get(timeout)
         except Exception as e:  # noqa: BLE001 -- the pool is an optimisation: one core still does it
             print(f"evaluate: the pool failed ({type(e).__name__}: {e}); one process", flush=True)
         finally:
