@@ -235,9 +235,12 @@ export_out() { # name tag
   local P=$W/pieces_$1
   if [ ! -d $P ]; then
     echo "== $1 exit status $(cat $W/$1.done)"; cp $W/$1.log $OUT/$2.log
-    [ -f $W/out_$1/train_log.json ] || { touch $W/$1.exported; return; }
-    mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar config.json train_log.json $(ls token_ranks.safetensors 2>/dev/null) &&
-      cp reference.safetensors $OUT/$2_reference.safetensors && split -b 15M -d model.safetensors $P/$2_model. &&
+    # A run that failed after writing its drafter (train.py writes it before the evaluation)
+    # still sends it, without train_log.json or reference.safetensors.
+    [ -f $W/out_$1/model.safetensors ] || { touch $W/$1.exported; return; }
+    mkdir -p $P && (cd $W/out_$1 && tar cf $OUT/$2_small.tar $(ls config.json train_log.json token_ranks.safetensors 2>/dev/null) &&
+      { [ ! -f reference.safetensors ] || cp reference.safetensors $OUT/$2_reference.safetensors; } &&
+      split -b 15M -d model.safetensors $P/$2_model. &&
       { [ ! -f generated.json.gz ] || [ -f $W/$1.gen_exported ] || split -b 15M -d generated.json.gz $P/$2_gen.; })
     return
   fi

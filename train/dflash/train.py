@@ -428,19 +428,28 @@ def train_phase(name, params, passes, lr, store, shards, batch, step_fn, log_eve
         return "more"
 
     state = "more"
-    while state != "done":
-        for j, sh in enumerate(shards):
-            if step >= total:
-                state = "done"
-                break
-            feat_s += store.load(sh)
-            state = one_pass(j)
-            while shards_once and state == "more":  # this shard's passes in a row
+    try:
+        while state != "done":
+            for j, sh in enumerate(shards):
+                if step >= total:
+                    state = "done"
+                    break
+                feat_s += store.load(sh)
                 state = one_pass(j)
-            if state == "done":
+                while shards_once and state == "more":  # this shard's passes in a row
+                    state = one_pass(j)
+                if state == "done":
+                    break
+            if shards_once:
                 break
-        if shards_once:
-            break
+    except torch.cuda.OutOfMemoryError as e:
+        if ranks and ranks.world > 1:
+            raise  # the ranks would disagree on the schedule
+        # The phase keeps what it has trained and the run goes on to its export: session 55's
+        # window lost 12,550 steps to an allocation for its second shard.
+        opt.zero_grad(set_to_none=True)
+        torch.cuda.empty_cache()
+        log(name, f"out of GPU memory at step {step}: the phase ends here ({str(e).splitlines()[0][:120]})")
     n = sum(len(s) for s in shards)
     return curve, step, time.time() - t0 - feat_s, feat_s, step * batch / n
 
@@ -814,6 +823,14 @@ def main():
 
     # Export: I8 matrices; evaluation and the reference use the weights as stored.
     ship, deq = export_arrays(tensors_of(d))
+    # Written before the evaluation, so a failure there still leaves the drafter (device.sh
+    # exports what there is).
+    from safetensors.numpy import save_file
+    save_file(ship, os.path.join(args.out, "model.safetensors"))
+    # The draft vocabulary (salvo's CPU drafter computes its head over the best-ranked ids):
+    # the target's own continuations of the training prompts.
+    write_token_ranks(args.out, ranked)
+    json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=2)
     d_q = Drafter(cfg).to(dev)
     with torch.no_grad():
         for n, v in deq.items():
@@ -836,13 +853,6 @@ def main():
     if bench_tau:
         log("benchmark tau", json.dumps(bench_tau, indent=1))
         log("benchmark tau, walked as a decoder would", json.dumps(bench_walk, indent=1))
-
-    from safetensors.numpy import save_file
-    save_file(ship, os.path.join(args.out, "model.safetensors"))
-    # The draft vocabulary (salvo's CPU drafter computes its head over the best-ranked ids):
-    # the target's own continuations of the training prompts.
-    write_token_ranks(args.out, ranked)
-    json.dump(cfg, open(os.path.join(args.out, "config.json"), "w"), indent=2)
 
     # reference.safetensors: a held-out context, its features, and float32 logits.
     r0 = min(range(len(ho)), key=lambda n: (plens[ho[n]], n))  # shortest prompt: a small file
