@@ -9,7 +9,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 name=qwen2.5-coder-1.5b
 gguf=models/$name.gguf
-sha=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
+sha=$(python3 -c "import sys; sys.path.insert(0, 'scripts'); import models; print(models.MODELS['$name'][2])")
 [ -x build/release/salvo ] || { echo "make_kit: build salvo first (build/release/salvo)" >&2; exit 1; }
 [ -f $gguf ] || { echo "make_kit: $gguf missing: python3 scripts/models.py $name" >&2; exit 1; }
 mkdir -p .gpu/df/code .gpu/df/whl .gpu/q
