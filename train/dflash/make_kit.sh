@@ -12,6 +12,7 @@ gguf=models/$name.gguf
 sha=$(python3 -c "import sys; sys.path.insert(0, 'scripts'); import models; print(models.MODELS['$name'][2])")
 [ -x build/release/salvo ] || { echo "make_kit: build salvo first (build/release/salvo)" >&2; exit 1; }
 [ -f $gguf ] || { echo "make_kit: $gguf missing: python3 scripts/models.py $name" >&2; exit 1; }
+rm -rf .gpu/df/code  # a module removed from train/dflash must not linger in the kit
 mkdir -p .gpu/df/code .gpu/df/whl .gpu/q
 cp train/dflash/*.py .gpu/df/code/
 cp train/dflash/device.sh .gpu/df/dev.sh
@@ -19,14 +20,17 @@ ls .gpu/df/whl/gguf-*.whl >/dev/null 2>&1 || pip download -q gguf --no-deps -d .
 
 # The prompts of earlier runs' kept continuations, without the continuations: QREGEN=1 generates
 # them again on the device, and the three files are 8.4 MB without their continuations, ~34 with.
+# Written under another name and moved: an interrupted run must not leave a truncated file that
+# the next run takes as done.
 strip() { # src dst
   python3 - "$1" "$2" <<'EOF'
-import gzip, json, sys
+import gzip, json, os, sys
 data = json.load(gzip.open(sys.argv[1], "rt"))
 for p in data["prompts"]:
     p.pop("gen", None)
-with gzip.open(sys.argv[2], "wt") as f:
+with gzip.open(sys.argv[2] + ".tmp", "wt") as f:
     json.dump(data, f)
+os.replace(sys.argv[2] + ".tmp", sys.argv[2])
 print(f"{sys.argv[2]}: {len(data['prompts'])} prompts")
 EOF
 }
