@@ -24,7 +24,7 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   chmod +x $W/bin/*
   pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
   cp -r bench tools tests $W/src/ 2>/dev/null
-  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,run.sh,expect} $W/
+  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,ncu_source_summary.py,run.sh,expect} $W/
   cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl $W/ 2>/dev/null
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
@@ -101,6 +101,7 @@ if [ "$1" = job ]; then
   export SALVO_CUDA_TEST_DRAFTERS=$W/drt
   for f in $(forms); do
     has_word $f KIT_TESTS=0 && continue
+    has_word $f KIT_OPS_ONLY=1 && continue  # cuda_ops_test alone (a kernel form's bits)
     for t in model dflash; do
       [ $t = model ] && ! target_forms | grep -qx $f && continue
       env $(form_env $f) SALVO_CUDA_TEST_MODELS=$W/m/r15.gguf timeout 300 \
@@ -142,6 +143,26 @@ if [ "$1" = job ]; then
         --metrics "${stalls%,}" $(bin_of $f)/salvo bench --device cuda --model $W/m/r15.gguf \
         -p 0 -n 0 -r 1 --verify --verify-rows $k --verify-context 512 \
         >$L/ncu_${f}_r$k.csv 2>$L/ncu_${f}_r$k.err
+    done
+  done
+  # KIT_NCU7=1: where the random 7B's kHalf launches wait, per SASS instruction (ncu's source
+  # counters of 8 launches of 1-row passes, then of 16-row passes; graphs off), as the summary
+  # of scripts/ncu_source_summary.py in ncu7_FORM_rK.txt beside ncu's own figures (.csv).
+  for f in $(forms); do
+    has_word $f KIT_NCU7=1 || continue
+    for k in 1 16; do
+      re='regex:half_kernel(_r)?I.*Li1ELb0E'
+      [ $k = 16 ] && re='regex:half_kernel_16'
+      env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --kernel-name-base mangled -k "$re" \
+        --launch-skip 200 --launch-count 8 --clock-control none --section SpeedOfLight \
+        --section Occupancy --section LaunchStats --section WarpStateStats \
+        --section SourceCounters -f -o $W/ncu7_${f}_r$k $(bin_of $f)/salvo bench --device cuda \
+        --model $W/m/r7.gguf -p 0 -n 0 -r 1 --verify --verify-rows $k --verify-context 512 \
+        >$L/ncu7_${f}_r$k.err 2>&1
+      $ncu -i $W/ncu7_${f}_r$k.ncu-rep --csv --page details >$L/ncu7_${f}_r$k.csv 2>>$L/ncu7_${f}_r$k.err
+      $ncu -i $W/ncu7_${f}_r$k.ncu-rep --page source --csv --print-source sass >$W/src7.csv \
+        2>>$L/ncu7_${f}_r$k.err
+      python3 $W/ncu_source_summary.py $W/src7.csv >$L/ncu7_${f}_r$k.txt 2>&1
     done
   done
   if [ -n "$(ls $W/p/q?? 2>/dev/null)" ] || grep -q real=1 $W/expect 2>/dev/null; then
@@ -245,6 +266,21 @@ for r in map(json.loads, open(sys.argv[1])):
     bash $W/gpu_llamacpp.sh bench $W 3 $models >>$L/llama_build.log 2>&1
     cp $W/llama_*.json $L/ 2>/dev/null
     echo "llama.cpp done $(date +%T)"
+  fi
+  # The achievable HBM read bandwidth (bench/hbm_bandwidth.cu), and the issue-4 table of the
+  # default form's first sweeps (against llama.cpp's, with --llama: bench/gpu_compare.py).
+  nvcc -O3 -arch=sm_90 bench/hbm_bandwidth.cu -o $W/hbm_bandwidth >$L/hbm.txt 2>&1 &&
+    $W/hbm_bandwidth >>$L/hbm.txt 2>&1
+  hbm=$(sed -n 's/^hbm_gbps //p' $L/hbm.txt)
+  if [ -f $L/ab_r7_$(forms | head -n 1)_1.json ]; then
+    first=$(forms | head -n 1)
+    stems=r7
+    cp $L/ab_r7_${first}_1.json $W/bench_r7.json
+    if [ -f $L/ab_real_${first}_1.json ]; then
+      cp $L/ab_real_${first}_1.json $W/bench_qwen2.5-coder-1.5b.json
+      stems="qwen2.5-coder-1.5b r7"
+    fi
+    [ -n "$hbm" ] && python3 bench/gpu_compare.py $W "$hbm" $stems >$L/compare.txt 2>&1
   fi
   echo "job done $(date +%T)"
   exit 0

@@ -221,6 +221,7 @@ struct HalfGroup {
   int64_t row0 = 0;
   RopeEpilogue rope;  // the parts whose role is not kPlain
   int q6k_parts = 0;  // FmtMixed: bit i set where part i is Q6_K (else Q4_K)
+  bool early = true;  // a warp's second chunk of weights loads before the wait (tile_sums)
 };
 
 // The lane's uint4 within a 32-lane group of the fragments: lane (g, t) holds column g, and with
@@ -256,16 +257,17 @@ __device__ __forceinline__ void chunk_mma(const typename F::Regs& k, X xv_of, fl
 }
 
 // chunk_mma with the activations from global memory. xs: the lane's fragments of the first step
-// pair (n tile 0); n tile nt is nt_stride uint4 further. One n tile: the first step pair's
-// fragments come in x0, loaded a chunk ahead (the other pairs' loads are issued early enough by
-// ptxas, the first one's was not: tile_sums).
-template <class F, int NT>
+// pair (n tile 0); n tile nt is nt_stride uint4 further. PreX0: the first step pair's fragments
+// of the first kX0 n tiles come in x0, loaded a chunk ahead (the other pairs' loads are issued
+// early enough by ptxas, the first one's was not: tile_sums).
+template <class F, int NT, int kX0, bool PreX0>
 __device__ __forceinline__ void chunk_steps(const typename F::Regs& k, const uint4* __restrict__ xs,
-                                            int64_t nt_stride, float (&acc)[NT][4], uint4 x0) {
+                                            int64_t nt_stride, float (&acc)[NT][4],
+                                            const uint4 (&x0)[kX0]) {
   chunk_mma<F, NT>(
       k,
       [&](int p, int nt) {
-        if constexpr (NT == 1) return p == 0 ? x0 : __ldg(xs + p * 32);
+        if (PreX0 && p == 0 && nt < kX0) return x0[nt < kX0 ? nt : 0];
         return __ldg(xs + nt * nt_stride + p * 32);
       },
       acc);
@@ -292,27 +294,37 @@ __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict
 // shared memory instead of waiting on L2 at each pair (ncu, random 1.5B, session 38: long
 // scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with 10-22%
 // achieved occupancy to hide it). Either way the sums are the same operations in the same order.
-template <class F, int NT, bool Stage>
+template <class F, int NT, bool Stage, bool WideX0 = false>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
-                                          uint4* ring, float (&acc)[NT][4]) {
+                                          uint4* ring, bool early, float (&acc)[NT][4]) {
   int sb = first;
   typename F::Regs cur, nxt;
-  // Weights are never another kernel's output: the first chunk loads before the wait.
+  // Weights are never another kernel's output: the first chunk loads before the wait, and with
+  // `early` (HalfGroup::early) the second one too, so a warp of one or two chunks (the 7B's
+  // Q/K/V and output launches) has all its weight loads in flight while the kernel before it
+  // ends. The registers are the same (nxt holds the second chunk until the loop's first copy).
   if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
+  const bool second_early = early && sb + stride < n_sb;
+  if (second_early) F::load(base + static_cast<int64_t>(sb + stride) * F::kBytes, lane, nxt);
   pdl_enter();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  // Unstaged, one n tile: the first step pair's activations load with the next chunk's weights.
-  // Without it the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up
-  // at one row, session 32: 31% of them on that load and the mma after it); with it, H200, random
-  // 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged).
-  uint4 x0 = {}, x0_next = {};
+  // Unstaged, up to two n tiles: the first step pair's activations load with the next chunk's
+  // weights. Without it the warp waited on that load at every chunk (ncu's stall samples of the
+  // 7B gate/up at one row, session 32: 31% of them on that load and the mma after it); with it,
+  // H200, random 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape
+  // unchanged). WideX0: both n tiles of a 9-16-row launch too (an A/B form, 8 registers more).
+  constexpr bool pre_x0 = !Stage && (NT == 1 || (NT == 2 && WideX0));
+  constexpr int kX0 = pre_x0 ? NT : 1;
+  uint4 x0[kX0] = {}, x0_next[kX0] = {};
   if constexpr (Stage) {
     if (sb < n_sb) stage_chunk<NT>(ring, xs + sb * 256, nt_stride, lane);
     cp_async_commit();
-  } else if constexpr (NT == 1) {
-    if (sb < n_sb) x0 = __ldg(xs + sb * 256);
+  } else if constexpr (pre_x0) {
+#pragma unroll
+    for (int nt = 0; nt < kX0; ++nt)
+      if (sb < n_sb) x0[nt] = __ldg(xs + nt * nt_stride + sb * 256);
   }
   // One chunk loads while the one before it computes. (Two register sets taken in turn, without
   // the copy, measured slower on the H200: random 1.5B 1-row pass 1.21 -> 1.41 ms, 7B 2.52 ->
@@ -321,11 +333,13 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
     const int next = sb + stride;
     uint4* slot = ring + (i % 2) * NT * kStageUint4;
     if (next < n_sb) {
-      F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+      if (i != 0 || !second_early)
+        F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
       if constexpr (Stage) {
         stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
-      } else if constexpr (NT == 1) {
-        x0_next = __ldg(xs + next * 256);
+      } else if constexpr (pre_x0) {
+#pragma unroll
+        for (int nt = 0; nt < kX0; ++nt) x0_next[nt] = __ldg(xs + nt * nt_stride + next * 256);
       }
     }
     if constexpr (Stage) {
@@ -334,10 +348,11 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
       chunk_mma<F, NT>(
           cur, [&](int p, int nt) { return slot[(p * NT + nt) * 32 + lane]; }, acc);
     } else {
-      chunk_steps<F, NT>(cur, xs + sb * 256, nt_stride, acc, x0);
+      chunk_steps<F, NT, kX0, pre_x0>(cur, xs + sb * 256, nt_stride, acc, x0);
     }
     cur = nxt;
-    x0 = x0_next;
+#pragma unroll
+    for (int nt = 0; nt < kX0; ++nt) x0[nt] = x0_next[nt];
   }
 }
 
@@ -414,7 +429,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
 }
 
 // One block's tile of part m: grid (tiles of the group, splits); blockDim.x / 32 warps.
-template <class F, int NT, bool Stage>
+template <class F, int NT, bool Stage, bool WideX0>
 __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& m, int tile) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -422,9 +437,9 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
   extern __shared__ uint4 half_ring[];  // Stage: per warp, 2 slots of NT * kStageUint4
-  tile_sums<F, NT, Stage>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                          static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                          half_ring + warp * 2 * NT * kStageUint4, acc);
+  tile_sums<F, NT, Stage, WideX0>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                                  static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                                  half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -493,17 +508,17 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
 }
 
 // A kernel's work: the block's part and tile, then that part's format.
-template <class F, int NT, bool Stage>
+template <class F, int NT, bool Stage, bool WideX0 = false>
 __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   int part = 0;
   while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
   const HalfPart& m = grp.m[part];
   const int tile = blockIdx.x - grp.first[part];
   if constexpr (std::is_same_v<F, FmtMixed>) {
-    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage>(grp, m, tile);
-    return tile_work<FmtQ4K, NT, Stage>(grp, m, tile);
+    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage, WideX0>(grp, m, tile);
+    return tile_work<FmtQ4K, NT, Stage, WideX0>(grp, m, tile);
   } else {
-    return tile_work<F, NT, Stage>(grp, m, tile);
+    return tile_work<F, NT, Stage, WideX0>(grp, m, tile);
   }
 }
 
@@ -512,13 +527,20 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   half_tiles<F, NT, Stage>(grp);
 }
 
+// The one-row form with at most R registers (an A/B form, SALVO_HALF_MAXREG=R): 128 registers
+// hold 16 warps an SM, 96 hold 20 and 80 hold 24.
+template <class F, int R>
+__global__ void __launch_bounds__(kMaxWarps * 32) __maxnreg__(R) half_kernel_r(HalfGroup grp) {
+  half_tiles<F, 1, false>(grp);
+}
+
 // The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
 // gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
 // passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
 // on them moved the 32- and 64-row forms to 222-255 registers.
-template <class F>
+template <class F, bool WideX0 = false>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
-  half_tiles<F, 2, false>(grp);
+  half_tiles<F, 2, false, WideX0>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -577,6 +599,29 @@ int half_blocks_knob() {
   static const int n = std::max(1, env_int("SALVO_HALF_BLOCKS_PER_SM", 2));
   return n;
 }
+// A warp's second chunk of weights loads before the wait for the previous kernel (tile_sums;
+// SALVO_HALF_EARLY=0 turns it off). Session 57 on an H100, random shapes, `salvo bench --device
+// cuda -p 512 -n 128 -r 3 --verify`, two runs each, off / on: 7B tg128 358.3, 357.7 / 368.8,
+// 367.5 tok/s, 1-row pass 2.819, 2.827 / 2.751, 2.767 ms, 16 rows 3.62-3.65 either way; 1.5B
+// tg128 876.1, 856.2 / 886.1, 892.3, 1 row 1.243, 1.259 / 1.216, 1.210. The same bits
+// (cuda_ops_test, cuda_model_test and cuda_dflash_test with it).
+bool half_early() {
+  static const bool on = env_int("SALVO_HALF_EARLY", 1) != 0;
+  return on;
+}
+// A/B forms not yet measured (session 57): SALVO_HALF_WIDE_X0=1 loads the first step pair's
+// activations a chunk ahead in 9-16-row launches too (ncu's stall samples of the 7B's 16-row
+// gate/up on the H100: 16% on such a load, 12% on the mma after it); SALVO_HALF_MAXREG=96 or 80
+// caps the one-row form's registers for more warps an SM (its samples: ~50% waiting on the
+// chunk's weights at their first use). Neither changes an operation on the sums.
+bool half_wide_x0() {
+  static const bool on = env_int("SALVO_HALF_WIDE_X0", 0) != 0;
+  return on;
+}
+int half_maxreg() {
+  static const int n = env_int("SALVO_HALF_MAXREG", 0);
+  return n;
+}
 // Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
 // matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
 // 64 rows: 7B q/o 7.3 / 24 us at 8 warps against 10.2 / 38 at 4, but 7B gate+up 35.6 / 203
@@ -633,12 +678,15 @@ template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
   if constexpr (NT == 2) {
+    if (half_wide_x0()) return launch(half_kernel_16<F, true>, grid, 32 * warps, 0, stream, grp);
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
     if (stage_rows(grp.n_rows)) {
       allow_stage_smem();
       return launch(half_kernel<F, 1, true>, grid, 32 * warps, stage_bytes(warps), stream, grp);
     }
+    if (half_maxreg() == 96) return launch(half_kernel_r<F, 96>, grid, 32 * warps, 0, stream, grp);
+    if (half_maxreg() == 80) return launch(half_kernel_r<F, 80>, grid, 32 * warps, 0, stream, grp);
     launch(half_kernel<F, 1>, grid, 32 * warps, 0, stream, grp);
   } else {
     launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
@@ -917,6 +965,7 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
   const Shape sh = shape_of(tiles, static_cast<int>(p.n_in), total_out);
   grp.n_in = static_cast<int>(p.n_in);
   grp.splits = sh.splits;
+  grp.early = half_early();
   if (grp.splits > 1) {
     HalfScratch* sc = find_scratch(stream);
     if (sc == nullptr) {
