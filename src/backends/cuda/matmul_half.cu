@@ -79,6 +79,14 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// The lines of a chunk at c into L2, a lane a line (no registers held while they come).
+template <int kBytes>
+__device__ __forceinline__ void prefetch_chunk(const uint8_t* c, int lane) {
+  for (int l = lane; l < kBytes / 128; l += 32) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + 128 * l));
+  }
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -224,6 +232,10 @@ struct HalfGroup {
   bool early = true;  // a warp's second chunk of weights loads before the wait (tile_sums)
 };
 
+// A/B forms of the kernels, as template bits (a runtime flag would move the registers of every
+// form): kWideX0 and kPrefetch, explained where tile_sums uses them.
+constexpr int kWideX0 = 1, kPrefetch = 2;
+
 // The lane's uint4 within a 32-lane group of the fragments: lane (g, t) holds column g, and with
 // one n tile (NT == 1) the lanes whose column is past the rows read the last row's, so a one-row
 // load touches 64 bytes instead of 512 (those columns' sums are never stored). Measured on the
@@ -294,10 +306,11 @@ __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict
 // shared memory instead of waiting on L2 at each pair (ncu, random 1.5B, session 38: long
 // scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with 10-22%
 // achieved occupancy to hide it). Either way the sums are the same operations in the same order.
-template <class F, int NT, bool Stage, bool WideX0 = false>
+template <class F, int NT, bool Stage, int Form = 0>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
                                           uint4* ring, bool early, float (&acc)[NT][4]) {
+  constexpr bool prefetch = (Form & kPrefetch) != 0;
   int sb = first;
   typename F::Regs cur, nxt;
   // Weights are never another kernel's output: the first chunk loads before the wait, and with
@@ -307,6 +320,12 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
   const bool second_early = early && sb + stride < n_sb;
   if (second_early) F::load(base + static_cast<int64_t>(sb + stride) * F::kBytes, lane, nxt);
+  // kPrefetch (an A/B form): each chunk's lines are asked into L2 two chunks ahead, so its
+  // loads a chunk later find them there (ncu on an H100, session 57: ~50% of the one-row gate/up
+  // launch's stall samples wait on a chunk's weights at their first use).
+  if (prefetch && sb + 2 * stride < n_sb) {
+    prefetch_chunk<F::kBytes>(base + static_cast<int64_t>(sb + 2 * stride) * F::kBytes, lane);
+  }
   pdl_enter();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
@@ -314,8 +333,8 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   // weights. Without it the warp waited on that load at every chunk (ncu's stall samples of the
   // 7B gate/up at one row, session 32: 31% of them on that load and the mma after it); with it,
   // H200, random 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape
-  // unchanged). WideX0: both n tiles of a 9-16-row launch too (an A/B form, 8 registers more).
-  constexpr bool pre_x0 = !Stage && (NT == 1 || (NT == 2 && WideX0));
+  // unchanged). kWideX0: both n tiles of a 9-16-row launch too (an A/B form, 8 registers more).
+  constexpr bool pre_x0 = !Stage && (NT == 1 || (NT == 2 && (Form & kWideX0) != 0));
   constexpr int kX0 = pre_x0 ? NT : 1;
   uint4 x0[kX0] = {}, x0_next[kX0] = {};
   if constexpr (Stage) {
@@ -335,6 +354,9 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
     if (next < n_sb) {
       if (i != 0 || !second_early)
         F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
+      if (prefetch && next + stride < n_sb) {
+        prefetch_chunk<F::kBytes>(base + static_cast<int64_t>(next + stride) * F::kBytes, lane);
+      }
       if constexpr (Stage) {
         stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
       } else if constexpr (pre_x0) {
@@ -429,7 +451,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
 }
 
 // One block's tile of part m: grid (tiles of the group, splits); blockDim.x / 32 warps.
-template <class F, int NT, bool Stage, bool WideX0>
+template <class F, int NT, bool Stage, int Form>
 __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& m, int tile) {
   const int ks = blockIdx.y, n_split = grp.splits;
   const int W = blockDim.x / 32, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
@@ -437,9 +459,9 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
   extern __shared__ uint4 half_ring[];  // Stage: per warp, 2 slots of NT * kStageUint4
-  tile_sums<F, NT, Stage, WideX0>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                                  static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                                  half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
+  tile_sums<F, NT, Stage, Form>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                                static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                                half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -508,17 +530,17 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
 }
 
 // A kernel's work: the block's part and tile, then that part's format.
-template <class F, int NT, bool Stage, bool WideX0 = false>
+template <class F, int NT, bool Stage, int Form = 0>
 __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   int part = 0;
   while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
   const HalfPart& m = grp.m[part];
   const int tile = blockIdx.x - grp.first[part];
   if constexpr (std::is_same_v<F, FmtMixed>) {
-    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage, WideX0>(grp, m, tile);
-    return tile_work<FmtQ4K, NT, Stage, WideX0>(grp, m, tile);
+    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage, Form>(grp, m, tile);
+    return tile_work<FmtQ4K, NT, Stage, Form>(grp, m, tile);
   } else {
-    return tile_work<F, NT, Stage, WideX0>(grp, m, tile);
+    return tile_work<F, NT, Stage, Form>(grp, m, tile);
   }
 }
 
@@ -533,14 +555,19 @@ template <class F, int R>
 __global__ void __launch_bounds__(kMaxWarps * 32) __maxnreg__(R) half_kernel_r(HalfGroup grp) {
   half_tiles<F, 1, false>(grp);
 }
+// The one-row form with kPrefetch (SALVO_HALF_PREFETCH=1).
+template <class F>
+__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel_p(HalfGroup grp) {
+  half_tiles<F, 1, false, kPrefetch>(grp);
+}
 
 // The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
 // gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
 // passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
 // on them moved the 32- and 64-row forms to 222-255 registers.
-template <class F, bool WideX0 = false>
+template <class F, int Form = 0>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
-  half_tiles<F, 2, false, WideX0>(grp);
+  half_tiles<F, 2, false, Form>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -622,6 +649,11 @@ int half_maxreg() {
   static const int n = env_int("SALVO_HALF_MAXREG", 0);
   return n;
 }
+// SALVO_HALF_PREFETCH=1 (an A/B form, not yet measured): one-row launches with kPrefetch.
+bool half_prefetch() {
+  static const bool on = env_int("SALVO_HALF_PREFETCH", 0) != 0;
+  return on;
+}
 // Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
 // matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
 // 64 rows: 7B q/o 7.3 / 24 us at 8 warps against 10.2 / 38 at 4, but 7B gate+up 35.6 / 203
@@ -678,7 +710,9 @@ template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
   if constexpr (NT == 2) {
-    if (half_wide_x0()) return launch(half_kernel_16<F, true>, grid, 32 * warps, 0, stream, grp);
+    if (half_wide_x0()) {
+      return launch(half_kernel_16<F, kWideX0>, grid, 32 * warps, 0, stream, grp);
+    }
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
     if (stage_rows(grp.n_rows)) {
@@ -687,6 +721,7 @@ void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
     }
     if (half_maxreg() == 96) return launch(half_kernel_r<F, 96>, grid, 32 * warps, 0, stream, grp);
     if (half_maxreg() == 80) return launch(half_kernel_r<F, 80>, grid, 32 * warps, 0, stream, grp);
+    if (half_prefetch()) return launch(half_kernel_p<F>, grid, 32 * warps, 0, stream, grp);
     launch(half_kernel<F, 1>, grid, 32 * warps, 0, stream, grp);
   } else {
     launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
