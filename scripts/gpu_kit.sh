@@ -17,10 +17,11 @@
 # KIT_DUMP=1 (with KIT_SWEEP=1: tests/dflash_replay_dump on the device over its 16 code texts at
 # 64 nodes, the device's candidates for bench/dflash_replay.py, returned as dump_FORM.bin.gz;
 # without KIT_SWEEP=1 it dumps the texts of --texts FILE, salvo run --json lines with token ids),
-# KIT_TESTS=0 (no CUDA tests for the form), KIT_OPS_ONLY=1 (cuda_ops_test only), KIT_SPEC=0 (no bench_spec or code traces),
-# KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf launches of 1-, 8- and 16-row passes on the
-# random 1.5B), KIT_NCU7=1 (ncu's per-instruction stall samples of the random 7B's 1- and 16-row
-# kHalf launches, summarised by ncu_source_summary.py), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
+# KIT_TESTS=0 (no CUDA tests for the form), KIT_OPS_ONLY=1 (cuda_ops_test only), KIT_SPEC=0 (no
+# bench_spec or code traces), KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf
+# launches of 1-, 8- and 16-row passes on the random 1.5B), KIT_NCU7=1 (ncu's per-instruction
+# stall samples of the random 7B's 1- and 16-row kHalf launches, summarised by
+# ncu_source_summary.py), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf

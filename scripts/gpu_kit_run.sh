@@ -151,7 +151,7 @@ if [ "$1" = job ]; then
   for f in $(forms); do
     has_word $f KIT_NCU7=1 || continue
     for k in 1 16; do
-      re='regex:half_kernel(_r)?I.*Li1ELb0E'
+      re='regex:half_kernel(I.*Li1ELb0E|_[rp]I)'  # the one-row forms, A/B ones included
       [ $k = 16 ] && re='regex:half_kernel_16'
       env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --kernel-name-base mangled -k "$re" \
         --launch-skip 200 --launch-count 8 --clock-control none --section SpeedOfLight \
