@@ -21,7 +21,9 @@
 # bench_spec or code traces), KIT_NCU=1 (ncu's memory, occupancy and stall figures of the kHalf
 # launches of 1-, 8- and 16-row passes on the random 1.5B), KIT_NCU7=1 (ncu's per-instruction
 # stall samples of the random 7B's 1- and 16-row kHalf launches, summarised by
-# ncu_source_summary.py), KIT_BIN=alt. --real: the real Qwen2.5-Coder-1.5B in 20 pieces
+# ncu_source_summary.py), KIT_TRACE=1 (the kernel timeline of decode steps and 1- and 16-row
+# passes on both random shapes, at the card's own clocks: bench/kernel_trace.cc), KIT_BIN=alt.
+# --real: the real Qwen2.5-Coder-1.5B in 20 pieces
 # (.gpu/q/q00..q19, ~56 MB each) for its model test, sweeps and bench_spec; --drafter: its
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
@@ -66,6 +68,13 @@ if [[ -n $alt ]]; then
 fi
 fmt=$(ldd "$build/salvo" | awk '/libfmt/ {print $3}')
 [[ -n $fmt ]] && cp "$fmt" "$kit/bin/"
+# KIT_TRACE's CUPTI injection library, and the CUPTI it was linked with (the device's CUDA
+# layout is not assumed).
+cuda=$(dirname "$(dirname "$(command -v nvcc)")")
+g++ -O2 -shared -fPIC -I"$cuda/include" "$root/bench/kernel_trace.cc" \
+  -o "$kit/bin/libkernel_trace.so" -L"$cuda/lib" -L"$cuda/lib64" -lcupti
+cupti=$(ldd "$kit/bin/libkernel_trace.so" | awk '/libcupti/ {print $3}')
+gzip -c "$cupti" >"$kit/bin/$(basename "$cupti").gz"
 python3 -m pip download -q --no-deps --only-binary=:all: -d "$kit/whl" gguf==0.19.0
 python3 "$root/bench/gen_random_model.py" --extract-tokenizer "$models/qwen2.5-coder-1.5b.gguf" \
   --out "$kit/qwen2.gguf"
@@ -78,6 +87,7 @@ echo "real=$real drafter=$drafter" >"$kit/expect"
 cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
 cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
 cp "$root/scripts/ncu_source_summary.py" "$kit/ncu_source_summary.py"
+cp "$root/scripts/trace_summary.py" "$kit/trace_summary.py"
 if [[ -n $ab ]]; then cp "$ab" "$kit/ab.conf"; else echo "default" >"$kit/ab.conf"; fi
 if [[ $real == 1 ]]; then
   rm -rf "$root/.gpu/q" && mkdir -p "$root/.gpu/q"

@@ -24,7 +24,8 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   chmod +x $W/bin/*
   pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
   cp -r bench tools tests $W/src/ 2>/dev/null
-  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,ab_summary.py,ncu_source_summary.py,run.sh,expect} $W/
+  cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,run.sh,expect} $W/
+  cp "$kit"/{ab_summary.py,ncu_source_summary.py,trace_summary.py} $W/
   cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl $W/ 2>/dev/null
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
@@ -116,8 +117,8 @@ if [ "$1" = job ]; then
   fi
   sweep() {  # MODEL TAG REP
     for f in $(target_forms); do
-      env $(form_env $f) $(bin_of $f)/salvo bench --device cuda --model $1 -p 512 -n 128 -r 3 --verify \
-        --verify-rows 1,2,4,8,16,32,64 --verify-context 512 --json \
+      env $(form_env $f) timeout 300 $(bin_of $f)/salvo bench --device cuda --model $1 -p 512 \
+        -n 128 -r 3 --verify --verify-rows 1,2,4,8,16,32,64 --verify-context 512 --json \
         >$L/ab_$2_${f}_$3.json 2>>$L/ab.err
     done
   }
@@ -163,6 +164,19 @@ if [ "$1" = job ]; then
       $ncu -i $W/ncu7_${f}_r$k.ncu-rep --page source --csv --print-source sass >$W/src7.csv \
         2>>$L/ncu7_${f}_r$k.err
       python3 $W/ncu_source_summary.py $W/src7.csv >$L/ncu7_${f}_r$k.txt 2>&1
+    done
+  done
+  # KIT_TRACE=1: the form's kernel timeline at the card's own clocks, graphs and PDL as in use
+  # (bench/kernel_trace.cc, a CUPTI injection library), of 64 decode steps and 1- and 16-row
+  # passes on both random shapes; trace_summary.py's time per launch in ktrace_FORM_SHAPE.txt.
+  for f in $(forms); do
+    has_word $f KIT_TRACE=1 || continue
+    for m in r15 r7; do
+      env $(form_env $f) CUDA_INJECTION64_PATH=$W/bin/libkernel_trace.so \
+        KERNEL_TRACE_OUT=$W/ktrace_${f}_$m.txt timeout 300 $(bin_of $f)/salvo bench \
+        --device cuda --model $W/m/$m.gguf -p 0 -n 64 -r 1 --verify --verify-rows 1,16 \
+        --verify-context 512 >$L/ktrace_${f}_$m.err 2>&1
+      python3 $W/trace_summary.py $W/ktrace_${f}_$m.txt >$L/ktrace_${f}_$m.txt 2>&1
     done
   done
   if [ -n "$(ls $W/p/q?? 2>/dev/null)" ] || grep -q real=1 $W/expect 2>/dev/null; then

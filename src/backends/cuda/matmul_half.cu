@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "backends/cuda/act.cuh"
+#include "backends/cuda/bulk_copy.cuh"
 #include "backends/cuda/cp_async.cuh"
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/kernels.h"
@@ -79,6 +80,17 @@ __device__ __forceinline__ uint4 ld_stream(const void* p) {
   return v;
 }
 
+// A chunk's 16 bytes at p: from global memory (ld_stream) or, for the bulk form (kBulk), from the
+// warp's shared ring.
+template <bool kShared>
+__device__ __forceinline__ uint4 ld_chunk(const uint8_t* p) {
+  if constexpr (kShared) {
+    return ld_shared16(p);
+  } else {
+    return ld_stream(p);
+  }
+}
+
 // The lines of a chunk at c into L2, a lane a line (no registers held while they come).
 template <int kBytes>
 __device__ __forceinline__ void prefetch_chunk(const uint8_t* c, int lane) {
@@ -100,15 +112,16 @@ struct FmtQ4K {
     uint4 q[4];
     uint4 sm[4];  // row g: sm[0..1] (sub-blocks 0-7), row g + 8: sm[2..3]
   };
+  template <bool kShared = false>
   static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
     const int g = lane / 4;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) k.q[i] = ld_stream(c + 16 * (32 * i + lane));
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_chunk<kShared>(c + 16 * (32 * i + lane));
     const uint8_t* sm = c + 2048;
-    k.sm[0] = ld_stream(sm + 32 * g);
-    k.sm[1] = ld_stream(sm + 32 * g + 16);
-    k.sm[2] = ld_stream(sm + 32 * (g + 8));
-    k.sm[3] = ld_stream(sm + 32 * (g + 8) + 16);
+    k.sm[0] = ld_chunk<kShared>(sm + 32 * g);
+    k.sm[1] = ld_chunk<kShared>(sm + 32 * g + 16);
+    k.sm[2] = ld_chunk<kShared>(sm + 32 * (g + 8));
+    k.sm[3] = ld_chunk<kShared>(sm + 32 * (g + 8) + 16);
   }
   // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
   // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
@@ -141,17 +154,18 @@ struct FmtQ6K {
     uint4 h[2];
     uint4 sc[4];  // row g: sc[0..1] (groups 0-15), row g + 8: sc[2..3]
   };
+  template <bool kShared = false>
   static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
     const int g = lane / 4;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) k.q[i] = ld_stream(c + 16 * (32 * i + lane));
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_chunk<kShared>(c + 16 * (32 * i + lane));
 #pragma unroll
-    for (int i = 0; i < 2; ++i) k.h[i] = ld_stream(c + 2048 + 16 * (32 * i + lane));
+    for (int i = 0; i < 2; ++i) k.h[i] = ld_chunk<kShared>(c + 2048 + 16 * (32 * i + lane));
     const uint8_t* sc = c + 3072;
-    k.sc[0] = ld_stream(sc + 32 * g);
-    k.sc[1] = ld_stream(sc + 32 * g + 16);
-    k.sc[2] = ld_stream(sc + 32 * (g + 8));
-    k.sc[3] = ld_stream(sc + 32 * (g + 8) + 16);
+    k.sc[0] = ld_chunk<kShared>(sc + 32 * g);
+    k.sc[1] = ld_chunk<kShared>(sc + 32 * g + 16);
+    k.sc[2] = ld_chunk<kShared>(sc + 32 * (g + 8));
+    k.sc[3] = ld_chunk<kShared>(sc + 32 * (g + 8) + 16);
   }
   // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
   // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
@@ -233,8 +247,14 @@ struct HalfGroup {
 };
 
 // A/B forms of the kernels, as template bits (a runtime flag would move the registers of every
-// form): kWideX0 and kPrefetch, explained where tile_sums uses them.
-constexpr int kWideX0 = 1, kPrefetch = 2;
+// form): kWideX0 and kPrefetch, explained where tile_sums uses them; kBulk3 and kBulk4, the
+// weights through a ring of 3 or 4 chunks in shared memory (tile_sums_bulk).
+constexpr int kWideX0 = 1, kPrefetch = 2, kBulk3 = 4, kBulk4 = 8;
+constexpr int kBulkForms = kBulk3 | kBulk4;
+template <int Form>
+constexpr int bulk_depth() {
+  return (Form & kBulk4) != 0 ? 4 : 3;
+}
 
 // The lane's uint4 within a 32-lane group of the fragments: lane (g, t) holds column g, and with
 // one n tile (NT == 1) the lanes whose column is past the rows read the last row's, so a one-row
@@ -378,6 +398,53 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   }
 }
 
+// tile_sums for one n tile (1-8 rows) with the weights through the warp's ring of D chunks in
+// shared memory, filled by bulk copies (bulk_copy.cuh) that lane 0 asks for D chunks ahead (an
+// A/B form, SALVO_HALF_BULK=3|4). ncu on an H100 (session 57): about half the one-row gate/up
+// launch's stall samples wait on a chunk's weights at first use, with one chunk in flight a warp
+// (its registers); the narrow down / output matrices run at 40-50% of DRAM. Here a warp has D - 1
+// to D chunks in flight and holds one chunk's registers. Same sums in the same order as
+// tile_sums. bars: the warp's D barriers; ring: its D slots of F::kBytes.
+template <class F, int D>
+__device__ __forceinline__ void tile_sums_bulk(const uint8_t* base, int n_sb, const uint4* xs,
+                                               int first, int stride, int lane, uint8_t* ring,
+                                               uint64_t* bars, float (&acc)[1][4]) {
+  const uint64_t policy = evict_first_policy();
+  if (lane == 0) {
+#pragma unroll
+    for (int d = 0; d < D; ++d) {
+      mbar_init(&bars[d]);
+      const int sb = first + d * stride;
+      if (sb < n_sb) {
+        bulk_load(ring + d * F::kBytes, base + static_cast<int64_t>(sb) * F::kBytes, F::kBytes,
+                  &bars[d], policy);
+      }
+    }
+  }
+  __syncwarp();
+  pdl_enter();
+  acc[0][0] = acc[0][1] = acc[0][2] = acc[0][3] = 0.0f;
+  uint4 x0[1] = {}, x0_next[1] = {};
+  if (first < n_sb) x0[0] = __ldg(xs + first * 256);
+  int sb = first;
+  for (int i = 0; sb < n_sb; sb += stride, ++i) {
+    const int slot = i % D;
+    if (sb + stride < n_sb) x0_next[0] = __ldg(xs + (sb + stride) * 256);
+    mbar_wait(&bars[slot], (i / D) & 1);
+    typename F::Regs k;
+    F::template load<true>(ring + slot * F::kBytes, lane, k);
+    chunk_steps<F, 1, 1, true>(k, xs + sb * 256, 0, acc, x0);
+    // Every lane's reads of the slot are in registers and used: the slot takes chunk i + D.
+    __syncwarp();
+    const int refill = sb + D * stride;
+    if (lane == 0 && refill < n_sb) {
+      bulk_load(ring + slot * F::kBytes, base + static_cast<int64_t>(refill) * F::kBytes, F::kBytes,
+                &bars[slot], policy);
+    }
+    x0[0] = x0_next[0];
+  }
+}
+
 // Adds the sums of warps 1 .. W - 1 into warp 0's, in warp order, one n tile at a time. Every
 // warp of the block takes part (barriers).
 template <int NT>
@@ -459,9 +526,19 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
   const uint8_t* base = m.w + static_cast<int64_t>(tile) * n_sb * F::kBytes;
   float acc[NT][4];
   extern __shared__ uint4 half_ring[];  // Stage: per warp, 2 slots of NT * kStageUint4
-  tile_sums<F, NT, Stage, Form>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                                static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                                half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
+  if constexpr ((Form & kBulkForms) != 0) {
+    // kMaxWarps * D barriers, then each warp's D slots (bulk_smem_bytes).
+    constexpr int D = bulk_depth<Form>();
+    uint64_t* bars = reinterpret_cast<uint64_t*>(half_ring) + warp * D;
+    uint8_t* ring = reinterpret_cast<uint8_t*>(half_ring) + kMaxWarps * 4 * sizeof(uint64_t) +
+                    warp * D * F::kBytes;
+    tile_sums_bulk<F, D>(base, n_sb, grp.x + x_lane<NT>(grp, lane), ks * W + warp, W * n_split,
+                         lane, ring, bars, acc);
+  } else {
+    tile_sums<F, NT, Stage, Form>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                                  static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                                  half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
+  }
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
   if (warp != 0) return;
@@ -554,6 +631,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
 template <class F, int R>
 __global__ void __launch_bounds__(kMaxWarps * 32) __maxnreg__(R) half_kernel_r(HalfGroup grp) {
   half_tiles<F, 1, false>(grp);
+}
+// The 1-8-row form with the weights through bulk copies (SALVO_HALF_BULK=3|4: kBulk3, kBulk4).
+template <class F, int Form>
+__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel_b(HalfGroup grp) {
+  half_tiles<F, 1, false, Form>(grp);
 }
 // The one-row form with kPrefetch (SALVO_HALF_PREFETCH=1).
 template <class F>
@@ -649,6 +731,37 @@ int half_maxreg() {
   static const int n = env_int("SALVO_HALF_MAXREG", 0);
   return n;
 }
+// SALVO_HALF_BULK=3 or 4 (an A/B form, not yet measured): 1-8-row launches take the weights
+// through a ring of that many chunks a warp (tile_sums_bulk), before the staged form of 5-8 rows.
+int half_bulk() {
+  static const int d = env_int("SALVO_HALF_BULK", 0);
+  return d == 3 || d == 4 ? d : 0;
+}
+// The dynamic shared memory of a bulk launch: kMaxWarps * 4 barriers, then D slots a warp (a
+// mixed launch's slots take Q6_K's chunk).
+template <class F>
+size_t bulk_smem_bytes(int depth, int warps) {
+  const int chunk = std::is_same_v<F, FmtQ4K> ? kQ4KChunk : kQ6KChunk;
+  return kMaxWarps * 4 * sizeof(uint64_t) + static_cast<size_t>(depth) * warps * chunk;
+}
+// Past the 48 KB a launch gets without asking, and all of the SM's memory as shared (the weights
+// skip L1 in this form): asked once, before captures.
+void allow_bulk_smem() {
+  static const bool done = [] {
+    const int most = static_cast<int>(bulk_smem_bytes<FmtQ6K>(4, kMaxWarps));
+    for (const void* k :
+         {(const void*)half_kernel_b<FmtQ4K, kBulk3>, (const void*)half_kernel_b<FmtQ6K, kBulk3>,
+          (const void*)half_kernel_b<FmtMixed, kBulk3>, (const void*)half_kernel_b<FmtQ4K, kBulk4>,
+          (const void*)half_kernel_b<FmtQ6K, kBulk4>,
+          (const void*)half_kernel_b<FmtMixed, kBulk4>}) {
+      SALVO_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+      SALVO_CUDA_CHECK(
+          cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
+    }
+    return true;
+  }();
+  (void)done;
+}
 // SALVO_HALF_PREFETCH=1 (an A/B form, not yet measured): one-row launches with kPrefetch.
 bool half_prefetch() {
   static const bool on = env_int("SALVO_HALF_PREFETCH", 0) != 0;
@@ -715,6 +828,12 @@ void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
     }
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
+    if (const int depth = half_bulk(); depth != 0) {
+      allow_bulk_smem();
+      const size_t bytes = bulk_smem_bytes<F>(depth, warps);
+      if (depth == 4) return launch(half_kernel_b<F, kBulk4>, grid, 32 * warps, bytes, stream, grp);
+      return launch(half_kernel_b<F, kBulk3>, grid, 32 * warps, bytes, stream, grp);
+    }
     if (stage_rows(grp.n_rows)) {
       allow_stage_smem();
       return launch(half_kernel<F, 1, true>, grid, 32 * warps, stage_bytes(warps), stream, grp);
