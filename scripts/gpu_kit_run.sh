@@ -135,7 +135,7 @@ if [ "$1" = job ]; then
   for f in $(forms); do
     has_word $f KIT_NCU=1 || continue
     for k in 1 8 16; do
-      re='regex:half_kernelI.*Li1E'
+      re='regex:half_kernel(I.*Li1E|_[1b]I)'
       [ $k = 16 ] && re='regex:half_kernel_16'
       env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --csv --page details \
         --kernel-name-base mangled -k "$re" --launch-skip 300 --launch-count 12 \
@@ -152,7 +152,7 @@ if [ "$1" = job ]; then
   for f in $(forms); do
     has_word $f KIT_NCU7=1 || continue
     for k in 1 16; do
-      re='regex:half_kernel(I.*Li1ELb0E|_[rp]I)'  # the one-row forms, A/B ones included
+      re='regex:half_kernel_[1b]I'  # the one-row forms, the bulk A/B form included
       [ $k = 16 ] && re='regex:half_kernel_16'
       env $(form_env $f) SALVO_CUDA_GRAPHS=0 timeout 300 $ncu --kernel-name-base mangled -k "$re" \
         --launch-skip 200 --launch-count 8 --clock-control none --section SpeedOfLight \

@@ -91,14 +91,6 @@ __device__ __forceinline__ uint4 ld_chunk(const uint8_t* p) {
   }
 }
 
-// The lines of a chunk at c into L2, a lane a line (no registers held while they come).
-template <int kBytes>
-__device__ __forceinline__ void prefetch_chunk(const uint8_t* c, int lane) {
-  for (int l = lane; l < kBytes / 128; l += 32) {
-    asm volatile("prefetch.global.L2 [%0];" ::"l"(c + 128 * l));
-  }
-}
-
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -247,9 +239,9 @@ struct HalfGroup {
 };
 
 // A/B forms of the kernels, as template bits (a runtime flag would move the registers of every
-// form): kWideX0 and kPrefetch, explained where tile_sums uses them; kBulk3 and kBulk4, the
-// weights through a ring of 3 or 4 chunks in shared memory (tile_sums_bulk).
-constexpr int kWideX0 = 1, kPrefetch = 2, kBulk3 = 4, kBulk4 = 8;
+// form): kBulk3 and kBulk4, the weights through a ring of 3 or 4 chunks in shared memory
+// (tile_sums_bulk).
+constexpr int kBulk3 = 4, kBulk4 = 8;
 constexpr int kBulkForms = kBulk3 | kBulk4;
 template <int Form>
 constexpr int bulk_depth() {
@@ -326,36 +318,30 @@ __device__ __forceinline__ void stage_chunk(uint4* slot, const uint4* __restrict
 // shared memory instead of waiting on L2 at each pair (ncu, random 1.5B, session 38: long
 // scoreboard was the largest stall of every kHalf launch, 3-6 cycles an instruction, with 10-22%
 // achieved occupancy to hide it). Either way the sums are the same operations in the same order.
-template <class F, int NT, bool Stage, int Form = 0>
+template <class F, int NT, bool Stage>
 __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const uint4* xs,
                                           int64_t nt_stride, int first, int stride, int lane,
                                           uint4* ring, bool early, float (&acc)[NT][4]) {
-  constexpr bool prefetch = (Form & kPrefetch) != 0;
   int sb = first;
   typename F::Regs cur, nxt;
   // Weights are never another kernel's output: the first chunk loads before the wait, and with
   // `early` (HalfGroup::early) the second one too, so a warp of one or two chunks (the 7B's
   // Q/K/V and output launches) has all its weight loads in flight while the kernel before it
-  // ends. The registers are the same (nxt holds the second chunk until the loop's first copy).
+  // ends. One n tile only: as a runtime choice in the 2-8-tile forms it moved their registers
+  // (Q4_K 32 rows 128 -> 138, Q6_K 144 -> 182) and the 7B's 32-row pass from 5.50 to 5.84 ms.
   if (sb < n_sb) F::load(base + static_cast<int64_t>(sb) * F::kBytes, lane, cur);
-  const bool second_early = early && sb + stride < n_sb;
+  const bool second_early = NT == 1 && early && sb + stride < n_sb;
   if (second_early) F::load(base + static_cast<int64_t>(sb + stride) * F::kBytes, lane, nxt);
-  // kPrefetch (an A/B form): each chunk's lines are asked into L2 two chunks ahead, so its
-  // loads a chunk later find them there (ncu on an H100, session 57: ~50% of the one-row gate/up
-  // launch's stall samples wait on a chunk's weights at their first use).
-  if (prefetch && sb + 2 * stride < n_sb) {
-    prefetch_chunk<F::kBytes>(base + static_cast<int64_t>(sb + 2 * stride) * F::kBytes, lane);
-  }
   pdl_enter();
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
-  // Unstaged, up to two n tiles: the first step pair's activations load with the next chunk's
-  // weights. Without it the warp waited on that load at every chunk (ncu's stall samples of the
-  // 7B gate/up at one row, session 32: 31% of them on that load and the mma after it); with it,
-  // H200, random 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape
-  // unchanged). kWideX0: both n tiles of a 9-16-row launch too (an A/B form, 8 registers more).
-  constexpr bool pre_x0 = !Stage && (NT == 1 || (NT == 2 && (Form & kWideX0) != 0));
-  constexpr int kX0 = pre_x0 ? NT : 1;
+  // Unstaged, one n tile: the first step pair's activations load with the next chunk's weights.
+  // Without it the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up
+  // at one row, session 32: 31% of them on that load and the mma after it); with it, H200, random
+  // 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged). Both
+  // n tiles of a 9-16-row launch too (session 58, H100): the 7B's 16-row pass 3.61 -> 3.67 ms.
+  constexpr bool pre_x0 = !Stage && NT == 1;
+  constexpr int kX0 = 1;
   uint4 x0[kX0] = {}, x0_next[kX0] = {};
   if constexpr (Stage) {
     if (sb < n_sb) stage_chunk<NT>(ring, xs + sb * 256, nt_stride, lane);
@@ -374,9 +360,6 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
     if (next < n_sb) {
       if (i != 0 || !second_early)
         F::load(base + static_cast<int64_t>(next) * F::kBytes, lane, nxt);
-      if (prefetch && next + stride < n_sb) {
-        prefetch_chunk<F::kBytes>(base + static_cast<int64_t>(next + stride) * F::kBytes, lane);
-      }
       if constexpr (Stage) {
         stage_chunk<NT>(ring + ((i + 1) % 2) * NT * kStageUint4, xs + next * 256, nt_stride, lane);
       } else if constexpr (pre_x0) {
@@ -535,9 +518,9 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
     tile_sums_bulk<F, D>(base, n_sb, grp.x + x_lane<NT>(grp, lane), ks * W + warp, W * n_split,
                          lane, ring, bars, acc);
   } else {
-    tile_sums<F, NT, Stage, Form>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
-                                  static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
-                                  half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
+    tile_sums<F, NT, Stage>(base, n_sb, grp.x + x_lane<NT>(grp, lane),
+                            static_cast<int64_t>(n_k2) * 32, ks * W + warp, W * n_split, lane,
+                            half_ring + warp * 2 * NT * kStageUint4, grp.early, acc);
   }
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
@@ -626,30 +609,31 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
   half_tiles<F, NT, Stage>(grp);
 }
 
-// The one-row form with at most R registers (an A/B form, SALVO_HALF_MAXREG=R): 128 registers
-// hold 16 warps an SM, 96 hold 20 and 80 hold 24.
-template <class F, int R>
-__global__ void __launch_bounds__(kMaxWarps * 32) __maxnreg__(R) half_kernel_r(HalfGroup grp) {
+// The unstaged 1-8-row form, held to 128 registers (16 warps an SM). Left to itself ptxas gave
+// the Q6_K form 136 once `early` (tile_sums) came in, so a 4-warp block of the 7B's Q6_K down
+// fitted 3 times an SM instead of 4 (H100, session 58, random 7B: 1-row pass 2.74 ms against
+// session 56's 2.65). With this kernel, and `early` for one n tile only (the 32-row pass had
+// gone from 5.50 to 5.84 ms), another H100 of the same session, this build / session 56's,
+// alternated: tg128 375.3, 380.8 / 373.1, 381.0 tok/s, 1 row 2.658, 2.678 / 2.675, 2.677 ms, 32
+// rows 5.527, 5.506 / 5.539, 5.512.
+template <class F>
+__global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_1(HalfGroup grp) {
   half_tiles<F, 1, false>(grp);
 }
+
 // The 1-8-row form with the weights through bulk copies (SALVO_HALF_BULK=3|4: kBulk3, kBulk4).
 template <class F, int Form>
 __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel_b(HalfGroup grp) {
   half_tiles<F, 1, false, Form>(grp);
-}
-// The one-row form with kPrefetch (SALVO_HALF_PREFETCH=1).
-template <class F>
-__global__ void __launch_bounds__(kMaxWarps * 32) half_kernel_p(HalfGroup grp) {
-  half_tiles<F, 1, false, kPrefetch>(grp);
 }
 
 // The 16-row form keeps to 128 registers (two blocks of 8 warps an SM): left to itself, ptxas
 // gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
 // passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
 // on them moved the 32- and 64-row forms to 222-255 registers.
-template <class F, int Form = 0>
+template <class F>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
-  half_tiles<F, 2, false, Form>(grp);
+  half_tiles<F, 2, false>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -718,21 +702,12 @@ bool half_early() {
   static const bool on = env_int("SALVO_HALF_EARLY", 1) != 0;
   return on;
 }
-// A/B forms not yet measured (session 57): SALVO_HALF_WIDE_X0=1 loads the first step pair's
-// activations a chunk ahead in 9-16-row launches too (ncu's stall samples of the 7B's 16-row
-// gate/up on the H100: 16% on such a load, 12% on the mma after it); SALVO_HALF_MAXREG=96 or 80
-// caps the one-row form's registers for more warps an SM (its samples: ~50% waiting on the
-// chunk's weights at their first use). Neither changes an operation on the sums.
-bool half_wide_x0() {
-  static const bool on = env_int("SALVO_HALF_WIDE_X0", 0) != 0;
-  return on;
-}
-int half_maxreg() {
-  static const int n = env_int("SALVO_HALF_MAXREG", 0);
-  return n;
-}
-// SALVO_HALF_BULK=3 or 4 (an A/B form, not yet measured): 1-8-row launches take the weights
-// through a ring of that many chunks a warp (tile_sums_bulk), before the staged form of 5-8 rows.
+// SALVO_HALF_BULK=3 or 4 (an A/B form): 1-8-row launches take the weights through a ring of that
+// many chunks a warp (tile_sums_bulk), before the staged form of 5-8 rows. Session 58 on an H100
+// (random 7B, one row): slower as a whole (1-row pass 2.84 / 2.86 ms against 2.74), but per
+// launch (bench/kernel_trace.cc, kBulk3) the Q6_K down 33.1 -> 22.7 us, the LM head 178 -> 153,
+// Q/K/V 7.9 -> 5.8, against the Q4_K down 18.2 -> 21.6, the output 3.6 -> 4.7 and the RMSNorm
+// after each launch 4.2 -> 6.5: a per-launch choice is the next step.
 int half_bulk() {
   static const int d = env_int("SALVO_HALF_BULK", 0);
   return d == 3 || d == 4 ? d : 0;
@@ -761,11 +736,6 @@ void allow_bulk_smem() {
     return true;
   }();
   (void)done;
-}
-// SALVO_HALF_PREFETCH=1 (an A/B form, not yet measured): one-row launches with kPrefetch.
-bool half_prefetch() {
-  static const bool on = env_int("SALVO_HALF_PREFETCH", 0) != 0;
-  return on;
 }
 // Warps a block and k splits, from the group's shape alone (never its rows). Narrow, short
 // matrices (Q/K/V, the attention output) take 8 warps, the rest 4 (session 27's prototype, 1 /
@@ -823,9 +793,6 @@ template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
   if constexpr (NT == 2) {
-    if (half_wide_x0()) {
-      return launch(half_kernel_16<F, kWideX0>, grid, 32 * warps, 0, stream, grp);
-    }
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
     if (const int depth = half_bulk(); depth != 0) {
@@ -838,10 +805,7 @@ void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
       allow_stage_smem();
       return launch(half_kernel<F, 1, true>, grid, 32 * warps, stage_bytes(warps), stream, grp);
     }
-    if (half_maxreg() == 96) return launch(half_kernel_r<F, 96>, grid, 32 * warps, 0, stream, grp);
-    if (half_maxreg() == 80) return launch(half_kernel_r<F, 80>, grid, 32 * warps, 0, stream, grp);
-    if (half_prefetch()) return launch(half_kernel_p<F>, grid, 32 * warps, 0, stream, grp);
-    launch(half_kernel<F, 1>, grid, 32 * warps, 0, stream, grp);
+    launch(half_kernel_1<F>, grid, 32 * warps, 0, stream, grp);
   } else {
     launch(half_kernel<F, NT>, grid, 32 * warps, 0, stream, grp);
   }
