@@ -3,7 +3,7 @@
 // injection library: the driver loads it at cuInit when CUDA_INJECTION64_PATH names it, so the
 // traced program is unchanged. At exit it writes one line a kernel to KERNEL_TRACE_OUT (default
 // kernel_trace.txt): start and end (ns, GPU clock), stream, graph and graph node (0 outside a
-// graph), grid x y, block x, registers, name. scripts/trace_summary.py turns it into a decode
+// graph), grid x y z, block x, registers, name. scripts/trace_summary.py turns it into a decode
 // step's time per launch.
 //   g++ -O2 -shared -fPIC -I/usr/local/cuda/include bench/kernel_trace.cc
 //       -o libkernel_trace.so -L/usr/local/cuda/lib64 -lcupti
@@ -25,7 +25,7 @@ struct Kernel {
   uint64_t start, end;
   uint32_t stream, graph;
   uint64_t node;
-  int grid_x, grid_y, block_x, regs;
+  int grid_x, grid_y, grid_z, block_x, regs;
   std::string name;
 };
 
@@ -57,7 +57,7 @@ void CUPTIAPI buffer_completed(CUcontext, uint32_t, uint8_t* buffer, size_t, siz
     if (rec->kind != CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL) continue;
     const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(rec);
     got.push_back({k->start, k->end, k->streamId, k->graphId, k->graphNodeId, k->gridX, k->gridY,
-                   k->blockX, k->registersPerThread, demangled(k->name)});
+                   k->gridZ, k->blockX, k->registersPerThread, demangled(k->name)});
   }
   free(buffer);
   std::lock_guard<std::mutex> lock(mu);
@@ -78,10 +78,10 @@ void write_trace() {
   }
   for (const Kernel& k : *kernels) {
     // The name last: a demangled name holds spaces and commas, never a newline.
-    fprintf(f, "%llu %llu %u %u %llu %d %d %d %d %s\n", static_cast<unsigned long long>(k.start),
+    fprintf(f, "%llu %llu %u %u %llu %d %d %d %d %d %s\n", static_cast<unsigned long long>(k.start),
             static_cast<unsigned long long>(k.end), k.stream, k.graph,
-            static_cast<unsigned long long>(k.node), k.grid_x, k.grid_y, k.block_x, k.regs,
-            k.name.c_str());
+            static_cast<unsigned long long>(k.node), k.grid_x, k.grid_y, k.grid_z, k.block_x,
+            k.regs, k.name.c_str());
   }
   fclose(f);
   fprintf(stderr, "kernel_trace: %zu kernels to %s\n", kernels->size(), path);

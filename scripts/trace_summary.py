@@ -36,16 +36,21 @@ def short_name(name):
     return name if len(name) <= 70 else name[:67] + "..."
 
 
+def grid_text(grid):
+    """(2368, 1, 1) -> '2368x1x1'."""
+    return "x".join(str(d) for d in grid)
+
+
 def read_trace(path):
     rows = []
     with open(path) as f:
         for line in f:
-            parts = line.rstrip("\n").split(" ", 9)
-            if len(parts) < 10:
+            parts = line.rstrip("\n").split(" ", 10)
+            if len(parts) < 11:
                 continue
-            start, end, stream, graph, node, gx, gy, bx, regs = (int(p) for p in parts[:9])
+            start, end, stream, graph, node, gx, gy, gz, bx, regs = (int(p) for p in parts[:10])
             rows.append(dict(start=start, end=end, stream=stream, graph=graph, node=node,
-                             grid=(gx, gy), block=bx, regs=regs, name=short_name(parts[9])))
+                             grid=(gx, gy, gz), block=bx, regs=regs, name=short_name(parts[10])))
     rows.sort(key=lambda r: r["start"])
     last_end = defaultdict(int)
     for r in rows:
@@ -77,11 +82,11 @@ def graph_report(graph, rows):
            f"step {step / 1e3:.1f} us (median, first kernel to first kernel), "
            f"busy {busy / 1e3:.1f} us, idle {max(0.0, step - busy) / 1e3:.1f} us"]
     out.append(f"  {'us/step':>8} {'share':>6} {'n':>4} {'us each':>8} {'span us':>8} "
-               f"{'grid':>11} {'block':>5} {'regs':>4}  kernel")
+               f"{'grid':>14} {'block':>5} {'regs':>4}  kernel")
     for (name, grid, block), (n, own, dur, regs) in sorted(kinds.items(), key=lambda kv: -kv[1][1]):
         share = own / step if step else 0.0
         out.append(f"  {own / 1e3:8.1f} {100 * share:5.1f}% {n:4d} {own / n / 1e3:8.2f} "
-                   f"{dur / n / 1e3:8.2f} {grid[0]:>6}x{grid[1]:<4} {block:5d} {regs:4d}  {name}")
+                   f"{dur / n / 1e3:8.2f} {grid_text(grid):>14} {block:5d} {regs:4d}  {name}")
     return out
 
 
