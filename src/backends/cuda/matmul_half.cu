@@ -338,8 +338,9 @@ __device__ __forceinline__ void tile_sums(const uint8_t* base, int n_sb, const u
   // Unstaged, one n tile: the first step pair's activations load with the next chunk's weights.
   // Without it the warp waited on that load at every chunk (ncu's stall samples of the 7B gate/up
   // at one row, session 32: 31% of them on that load and the mma after it); with it, H200, random
-  // 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged). Both
-  // n tiles of a 9-16-row launch too (session 58, H100): the 7B's 16-row pass 3.61 -> 3.67 ms.
+  // 7B shape, 1-row pass 2.50 -> 2.47 ms, 8 rows 2.74 -> 2.70 (the 1.5B shape unchanged). Tried
+  // for both n tiles of 9-16-row launches too and removed (session 58, H100: the 7B's 16-row
+  // pass 3.61 -> 3.67 ms).
   constexpr bool pre_x0 = !Stage && NT == 1;
   constexpr int kX0 = 1;
   uint4 x0[kX0] = {}, x0_next[kX0] = {};
@@ -697,7 +698,9 @@ int half_blocks_knob() {
 // cuda -p 512 -n 128 -r 3 --verify`, two runs each, off / on: 7B tg128 358.3, 357.7 / 368.8,
 // 367.5 tok/s, 1-row pass 2.819, 2.827 / 2.751, 2.767 ms, 16 rows 3.62-3.65 either way; 1.5B
 // tg128 876.1, 856.2 / 886.1, 892.3, 1 row 1.243, 1.259 / 1.216, 1.210. The same bits
-// (cuda_ops_test, cuda_model_test and cuda_dflash_test with it).
+// (cuda_ops_test, cuda_model_test and cuda_dflash_test with it). Those gains were partly its own
+// registers' cost won back (half_kernel_1): with the registers mended in session 58 the 1-row
+// pass equals session 56's build without it; on against off since then is not measured.
 bool half_early() {
   static const bool on = env_int("SALVO_HALF_EARLY", 1) != 0;
   return on;
