@@ -1179,8 +1179,20 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
       unsetenv("SALVO_CUDA_ATTENTION");
       EXPECT_EQ(out_serial.host(), dout.host());
     }
-    // In launches of 1 and 2 rows (a wide pass at a long context): the same bits.
-    for (int per_launch : {1, 2}) {
+    // A row a block (the kernel of a 1-row decode) against the default two (tree rows 0 and 1
+    // share their keys, 2 and 3 are cousins whose last keys differ, 4 is alone): the same bits.
+    for (const char* pairs : {"0", "2"}) {
+      Dev<float> out_pairs(want.size());
+      cuda::AttentionParams paired = params;
+      paired.out = out_pairs.ptr;
+      setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
+      cuda::attention(paired, nullptr);
+      unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
+      EXPECT_EQ(out_pairs.host(), dout.host()) << "pairs from " << pairs << " rows";
+    }
+    // In launches of 1, 2 and 3 rows (a wide pass at a long context): the same bits (with 3, rows
+    // 3 and 4 of the two sequences share a block).
+    for (int per_launch : {1, 2, 3}) {
       Dev<float> out_split(want.size());
       cuda::AttentionParams split = params;
       split.out = out_split.ptr;

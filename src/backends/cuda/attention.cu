@@ -59,16 +59,20 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 // (the row invariance the speculation guarantee rests on): the mma computes each (head, key)
 // score and each (head, element) sum from its own row and column alone.
 //
-// One block per (group of query heads of one K/V head, row, split): the group's heads are the
-// rows of the mma (S = Q K^T over the warp's 16 keys, then O = P V), so each K and V row is read
-// once for all of them, where the FMA kernel before this one (a block per query head) read it
-// once per head: on the 1.5B's six heads a K/V head a 16-row verification's attention took 28 us
-// a layer at a 512-token context, in L2 traffic and waves of blocks. Q, K, V and the
-// probabilities go in as fp16 (the host cache holds K and V as halves anyway), scores and sums
-// are fp32. Measured on the H200 (session 29, random Qwen2.5-1.5B shape, `salvo bench -p 512
-// -n 128 --verify --verify-rows 1,...,64 --verify-context 512`, FMA kernel / this one): k-row
-// passes 1 1.213 / 1.254 ms, 8 1.448 / 1.406, 16 2.011 / 1.742, 64 6.097 / 4.527; at a
-// 2048-token context 16 rows 3.43 / 2.20; pp512 13513 / 18532 tok/s; tg128 812 / 838.
+// One block per (group of query heads of one K/V head, row or pair of rows, split): the group's
+// heads are rows 0-7 of the mma (S = Q K^T over the warp's 16 keys, then O = P V), the second
+// row's rows 8-15, so each K and V row is read once for all of them, where the FMA kernel before
+// this one (a block per query head) read it once per head: on the 1.5B's six heads a K/V head a
+// 16-row verification's attention took 28 us a layer at a 512-token context, in L2 traffic and
+// waves of blocks. Q, K, V and the probabilities go in as fp16 (the host cache holds K and V as
+// halves anyway), scores and sums are fp32. Measured on the H200 (session 29, random Qwen2.5-1.5B
+// shape, `salvo bench -p 512 -n 128 --verify --verify-rows 1,...,64 --verify-context 512`, FMA
+// kernel / this one): k-row passes 1 1.213 / 1.254 ms, 8 1.448 / 1.406, 16 2.011 / 1.742, 64 6.097
+// / 4.527; at a 2048-token context 16 rows 3.43 / 2.20; pp512 13513 / 18532 tok/s; tg128 812 / 838.
+//
+// Two rows a block (passes of 2 or more rows): the 16-row verification on the 7B shape read its
+// K/V head's keys once per row in 64 blocks of 7 heads a split, two waves of blocks on an H100,
+// 22.7 us a layer against a decode's 7.7 (session 58's kernel timeline).
 //
 // The block merges its warps and writes the split's (max, sum, unnormalised output) per head.
 // The last block of a (group, row) to finish merges the splits in order (a count per (group,
@@ -82,20 +86,20 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 // of all their K elements at once, then of all their V elements: two rounds of memory latency.
 constexpr int kKeysPerWarp = 16;
 constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
-constexpr int kMaxGroup = 8;            // query heads a block: rows 0-7 of the mma's 16
+constexpr int kMaxGroup = 8;            // query heads a row of a block: 8 of the mma's 16 rows
 constexpr int kDimsPerRound = 128;      // elements of K (V) rows whose loads a warp issues at once
 constexpr int kMinBlocksPerSplit = 32;  // head_group()
 constexpr int kMaxHeadDim = 256;
 
-// What a block needs of its row and of the batch rows it may see, loaded in one round at the
+// What a block needs of its rows and of the batch rows they may see, loaded in one round at the
 // kernel's start: each dependent round of loads (the row's sequence, then that sequence's
 // committed count, then the batch rows' entries) cost a memory latency before the K rows could
 // be requested.
 struct RowMeta {
   int seq, pos, first, n_committed, n_batch_keys;
 };
-// Batch row `lane`'s entries (the first 32 rows: all of a decode step's or a tree's), for warp
-// 0's scan of the visible rows.
+// Batch row `lane`'s entries (the first 32 rows: all of a decode step's or a tree's), for the
+// scans of the visible rows.
 struct BatchEntry {
   int seq, end, slot, pos;
 };
@@ -125,10 +129,15 @@ __device__ __forceinline__ BatchEntry batch_entry(const AttentionParams& p, int 
   return e;
 }
 
-// Dynamic shared memory: the row's visible batch slots, then each warp's unnormalised output
-// [group][dim_v] (the merge reuses that space for the splits' maxima, sums and weights).
+// Dynamic shared memory: each of the block's rows' visible batch slots, then each warp's
+// unnormalised output [row][group][dim_v] (the merge reuses that space for the splits' maxima,
+// sums and weights).
+__device__ __forceinline__ int32_t* row_slots(const AttentionParams& p, int32_t* slots, int r) {
+  return slots + r * ((p.batch.n_rows + 3) & ~3);
+}
+template <int kRows>
 __device__ __forceinline__ float* block_scratch(const AttentionParams& p, int32_t* slots) {
-  return reinterpret_cast<float*>(slots) + ((p.batch.n_rows + 3) & ~3);
+  return reinterpret_cast<float*>(row_slots(p, slots, kRows));
 }
 
 // Component j of v (j a constant after unrolling).
@@ -140,246 +149,330 @@ __device__ __forceinline__ float4 load4(const float* p, bool ok) {
   return ok ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 }
 
-__device__ __forceinline__ void split_partial(const AttentionParams& p, const RowMeta& rm,
-                                              const BatchEntry& mine, bool direct,
-                                              int32_t* suffix_slots) {
+// The block's kRows rows (launch rows kRows blockIdx.y + r; n_here of them exist) over the keys
+// of split blockIdx.z. Row r's heads are rows 8 r + h of the mma.
+template <int kRows>
+__device__ __forceinline__ void split_partial(const AttentionParams& p, const RowMeta (&rm)[kRows],
+                                              int n_here, const BatchEntry& mine, bool direct,
+                                              int32_t* slots) {
   const int group = p.group, head0 = blockIdx.x * group;
-  const int row = p.row_base + blockIdx.y, split = blockIdx.z;
+  const int row0 = kRows * blockIdx.y, split = blockIdx.z;  // row0: the launch's, not the batch's
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-  const int seq = rm.seq, pos = rm.pos, first = rm.first, n_committed = rm.n_committed;
-  const int n_batch_keys = rm.n_batch_keys;
   const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
-  // Head head0 + h's partial of this split; the launch's rows (blockIdx.y) index the scratch,
-  // the batch's (row) everything else.
+  // Head head0 + h's partial of this split for row r: partial_of(r) + h head_stride.
   const int64_t head_stride = static_cast<int64_t>(gridDim.z) * partial_width;
-  float* partial =
-      p.partial +
-      ((static_cast<int64_t>(blockIdx.y) * p.n_head + head0) * gridDim.z + split) * partial_width;
-  if (split * kKeysPerSplit >= n_committed + n_batch_keys) {  // beyond any key this row can see
-    if (threadIdx.x < group) {
-      partial[threadIdx.x * head_stride] = -FLT_MAX;
-      partial[threadIdx.x * head_stride + 1] = 0.0f;
+  auto partial_of = [&](int r) {
+    return p.partial + ((static_cast<int64_t>(row0 + r) * p.n_head + head0) * gridDim.z + split) *
+                           partial_width;
+  };
+  bool beyond = true;  // beyond any key the block's rows can see
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r < n_here)
+      beyond = beyond && split * kKeysPerSplit >= rm[r].n_committed + rm[r].n_batch_keys;
+  }
+  if (beyond) {
+    if (threadIdx.x < n_here * group) {
+      float* ph = partial_of(threadIdx.x / group) + (threadIdx.x % group) * head_stride;
+      ph[0] = -FLT_MAX;
+      ph[1] = 0.0f;
     }
     return;
   }
 
-  __shared__ int n_suffix;
-  __shared__ float warp_m[kWarps][kMaxGroup], warp_l[kWarps][kMaxGroup];
-  float* acc = block_scratch(p, suffix_slots) + warp * group * dim_v;  // [group][dim_v]
-  // The group's query rows as fp16 pairs, two to an entry (elements 4 i .. 4 i + 3 of a head
-  // at [h][i]); rows of q_words entries, padded so that a half-warp's reads of 8 bytes at
-  // (g, 4 c + t) fall in distinct banks. Loaded with the scan, read just before each mma.
-  __shared__ uint2 q_frag[kMaxGroup * (kMaxHeadDim / 4 + 4)];
+  __shared__ int n_suffix[kRows];
+  __shared__ float warp_m[kWarps][kRows * kMaxGroup], warp_l[kWarps][kRows * kMaxGroup];
+  const int acc_floats = kRows * group * dim_v;
+  float* acc = block_scratch<kRows>(p, slots) + warp * acc_floats;  // [row][group][dim_v]
+  // The rows' query heads as fp16 pairs, two to an entry (elements 4 i .. 4 i + 3 of row r's
+  // head h at [8 r + h][i]); rows of q_words entries, padded so that a half-warp's reads of 8
+  // bytes at (g, 4 c + t) fall in distinct banks. Loaded with the scan, read just before each
+  // mma. A row the block lacks is zeros.
+  __shared__ uint2 q_frag[kRows * kMaxGroup * (kMaxHeadDim / 4 + 4)];
   const int q_words = p.head_dim / 4 + 4;
   {
-    const float* q_rows =
-        p.q + static_cast<int64_t>(row) * p.n_head * p.head_dim + head0 * p.head_dim;
     const int quads = p.head_dim / 4;
-    for (int i = threadIdx.x; i < group * quads; i += blockDim.x) {
-      const int h = i / quads, c = i % quads;
-      const float4 v = *reinterpret_cast<const float4*>(q_rows + h * p.head_dim + 4 * c);
-      q_frag[h * q_words + c] = make_uint2(half2_bits(v.x, v.y), half2_bits(v.z, v.w));
+    for (int i = threadIdx.x; i < kRows * group * quads; i += blockDim.x) {
+      const int r = kRows == 1 ? 0 : i / (group * quads), h = i / quads % group, c = i % quads;
+      uint2 w = make_uint2(0u, 0u);
+      if (r < n_here) {
+        const int64_t row = p.row_base + row0 + r;
+        const float4 v = *reinterpret_cast<const float4*>(
+            p.q + (row * p.n_head + head0 + h) * p.head_dim + 4 * c);
+        w = make_uint2(half2_bits(v.x, v.y), half2_bits(v.z, v.w));
+      }
+      q_frag[(r * kMaxGroup + h) * q_words + c] = w;
     }
   }
-  if (warp == 0) {
+  // Warp r lists the batch rows that row r sees.
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (warp != r || r >= n_here) continue;
+    const RowMeta& m = rm[r];
+    const int row = p.row_base + row0 + r;
+    int32_t* list = row_slots(p, slots, r);
     int count = 0;
-    for (int k0 = 0; k0 < n_batch_keys; k0 += 32) {
+    for (int k0 = 0; k0 < m.n_batch_keys; k0 += 32) {
       const int k = k0 + lane;
       const BatchEntry e = k0 == 0 ? mine : batch_entry(p, k);
-      const bool visible = k < n_batch_keys && e.seq == seq && (p.block_visible || row <= e.end) &&
-                           (p.window == 0 || pos - e.pos < p.window);
+      const bool visible = k < m.n_batch_keys && e.seq == m.seq &&
+                           (p.block_visible || row <= e.end) &&
+                           (p.window == 0 || m.pos - e.pos < p.window);
       const unsigned ballot = __ballot_sync(0xffffffffu, visible);
-      if (visible) suffix_slots[count + __popc(ballot & ((1u << lane) - 1))] = e.slot;
+      if (visible) list[count + __popc(ballot & ((1u << lane) - 1))] = e.slot;
       count += __popc(ballot);
     }
-    if (lane == 0) n_suffix = count;
+    if (lane == 0) n_suffix[r] = count;
   }
   __syncthreads();
 
   const int kv_head = head0 / (p.n_head / p.n_head_kv);
-  const float* k_base =
-      p.kv.k + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.k_width + kv_head * p.head_dim;
-  const float* v_base =
-      p.kv.v + static_cast<int64_t>(seq) * p.kv.capacity * p.kv.v_width + kv_head * dim_v;
-  const int n_keys = n_committed + n_suffix;
   const int warp_first = split * kKeysPerSplit + warp * kKeysPerWarp;  // the warp's first key
   const int number = warp_first + lane;
-  const bool valid = lane < kKeysPerWarp && number < n_keys;
-  const int slot =
-      valid ? (number < n_committed ? first + number : suffix_slots[number - n_committed]) : 0;
-  const int n_warp_keys = max(0, min(kKeysPerWarp, n_keys - warp_first));  // uniform
-  if (n_warp_keys == 0) {
-    if (lane < group) warp_m[warp][lane] = -FLT_MAX, warp_l[warp][lane] = 0.0f;
+  // Row r: the slot of its key `number` (lanes 0-15), and how many of the warp's keys it sees.
+  int slot[kRows], n_warp_keys[kRows];
+  bool valid[kRows];
+  const float* k_base[kRows];
+  const float* v_base[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    const RowMeta& m = rm[r];
+    const int n_keys = r < n_here ? m.n_committed + n_suffix[r] : 0;
+    valid[r] = lane < kKeysPerWarp && number < n_keys;
+    slot[r] = valid[r] ? (number < m.n_committed ? m.first + number
+                                                 : row_slots(p, slots, r)[number - m.n_committed])
+                       : 0;
+    n_warp_keys[r] = max(0, min(kKeysPerWarp, n_keys - warp_first));  // uniform
+    k_base[r] =
+        p.kv.k + static_cast<int64_t>(m.seq) * p.kv.capacity * p.kv.k_width + kv_head * p.head_dim;
+    v_base[r] =
+        p.kv.v + static_cast<int64_t>(m.seq) * p.kv.capacity * p.kv.v_width + kv_head * dim_v;
+  }
+  // Two rows share the warp's K and V rows where each key either is seen by one of them only or
+  // has the same slot in both (the committed keys of one sequence, a tree path's ancestors): one
+  // load for both, and the row that does not see a key masks its score and multiplies its value
+  // by a probability of 0, which adds +-0 to the row's sums as the zero value of a 1-row pass
+  // does. Otherwise (siblings' last keys, other sequences, sliding windows) a pass each.
+  bool shared = true;
+  if (kRows == 2 && n_here == 2) {
+    shared = rm[0].seq == rm[kRows - 1].seq &&
+             __all_sync(0xffffffffu, !(valid[0] && valid[kRows - 1]) || slot[0] == slot[kRows - 1]);
+  }
+  const int n_pass = shared ? 1 : kRows;
+  int n_any = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) n_any = max(n_any, n_warp_keys[r]);
+  // The pass's rows' keys: the union when shared, else row `pass`'s.
+  auto pass_slot = [&](int pass) {
+    return shared ? (valid[0] ? slot[0] : slot[kRows - 1]) : pass == 0 ? slot[0] : slot[kRows - 1];
+  };
+  auto pass_keys = [&](int pass) {
+    return shared ? n_any : pass == 0 ? n_warp_keys[0] : n_warp_keys[kRows - 1];
+  };
+  if (n_any == 0) {
+    if (lane < kRows * kMaxGroup) warp_m[warp][lane] = -FLT_MAX, warp_l[warp][lane] = 0.0f;
   } else {
-    // Scores: lane (g, t) holds head g's scores of keys 8 j + 2 t and + 1 (s[j][0..1]); as the
-    // B operand it reads key 8 j + g. The k slots of a step take the head's elements in an order
-    // of their own (the dot product does not care when Q and K agree): slots 2t, 2t + 1, 2t + 8,
-    // 2t + 9 of step c are elements 16 c + 4 t + 0..3, one float4 of a row. The first version
-    // read float2 pairs in the natural order (twice the load instructions, each across 8 rows)
-    // and Q per warp from global memory: a 1.5B decode step cost 0.12 ms more than with the FMA
-    // kernel; this one 0.04 ms. Staging K and V through shared memory for ldmatrix was worse
-    // still (+0.28 ms).
-    float s[2][4] = {};
-    const bool q_ok = g < group;
-    const float* k_row[2];
-    bool k_ok[2];
+    // Scores: lane (g, t) holds the scores of keys 8 j + 2 t and + 1 of row 0's head g
+    // (s[j][0..1]) and of row 1's (s[j][2..3]); as the B operand it reads key 8 j + g. The k
+    // slots of a step take the head's elements in an order of their own (the dot product does
+    // not care when Q and K agree): slots 2t, 2t + 1, 2t + 8, 2t + 9 of step c are elements
+    // 16 c + 4 t + 0..3, one float4 of a row. The first version read float2 pairs in the
+    // natural order (twice the load instructions, each across 8 rows) and Q per warp from
+    // global memory: a 1.5B decode step cost 0.12 ms more than with the FMA kernel; this one
+    // 0.04 ms. Staging K and V through shared memory for ldmatrix was worse still (+0.28 ms).
+    float s[2][4];
+    for (int pass = 0; pass < n_pass; ++pass) {
+      const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
+      const float* kb = pass == 0 ? k_base[0] : k_base[kRows - 1];
+      const float* k_row[2];
+      bool k_ok[2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      const int key = 8 * j + g;
-      k_row[j] = k_base + static_cast<int64_t>(__shfl_sync(0xffffffffu, slot, key)) * p.kv.k_width;
-      k_ok[j] = key < n_warp_keys;
-    }
-    for (int d0 = 0; d0 < p.head_dim; d0 += kDimsPerRound) {
-      float4 kv[2][8];
-#pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        const int d = d0 + 16 * c + 4 * t;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) kv[j][c] = load4(k_row[j] + d, k_ok[j] && d < p.head_dim);
+      for (int j = 0; j < 2; ++j) {
+        const int key = 8 * j + g;
+        k_row[j] =
+            kb + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_slot, key)) * p.kv.k_width;
+        k_ok[j] = key < n_load;
       }
+      float ps[2][4] = {};
+      for (int d0 = 0; d0 < p.head_dim; d0 += kDimsPerRound) {
+        float4 kv[2][8];
 #pragma unroll
-      for (int c = 0; c < 8; ++c) {
-        if (d0 + 16 * c >= p.head_dim) break;  // uniform
-        const int d = d0 + 16 * c + 4 * t;     // zeros past head_dim: K's are, and 0 x stale is not
-        const uint2 qf = q_ok && d < p.head_dim ? q_frag[g * q_words + d / 4] : make_uint2(0u, 0u);
-        const uint32_t a[4] = {qf.x, 0u, qf.y, 0u};
+        for (int c = 0; c < 8; ++c) {
+          const int d = d0 + 16 * c + 4 * t;
 #pragma unroll
-        for (int j = 0; j < 2; ++j) {
-          mma16816(s[j], a, half2_bits(kv[j][c].x, kv[j][c].y), half2_bits(kv[j][c].z, kv[j][c].w));
+          for (int j = 0; j < 2; ++j) kv[j][c] = load4(k_row[j] + d, k_ok[j] && d < p.head_dim);
+        }
+#pragma unroll
+        for (int c = 0; c < 8; ++c) {
+          if (d0 + 16 * c >= p.head_dim) break;  // uniform
+          const int d = d0 + 16 * c + 4 * t;  // zeros past head_dim: K's are, and 0 x stale is not
+          const bool q_ok = g < group && d < p.head_dim;
+          const uint2 q0 = q_ok ? q_frag[g * q_words + d / 4] : make_uint2(0u, 0u);
+          const uint2 q1 =
+              kRows == 2 && q_ok ? q_frag[(kMaxGroup + g) * q_words + d / 4] : make_uint2(0u, 0u);
+          const uint32_t a[4] = {q0.x, q1.x, q0.y, q1.y};
+#pragma unroll
+          for (int j = 0; j < 2; ++j) {
+            mma16816(ps[j], a, half2_bits(kv[j][c].x, kv[j][c].y),
+                     half2_bits(kv[j][c].z, kv[j][c].w));
+          }
         }
       }
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        if (pass == 0) s[j][0] = ps[j][0], s[j][1] = ps[j][1];
+        if (pass == n_pass - 1) s[j][2] = ps[j][2], s[j][3] = ps[j][3];
+      }
     }
-    // Softmax over the warp's keys, per head: the 4 lanes of a g hold its 16 keys. The
+    // Softmax over the warp's keys, per row and head: the 4 lanes of a g hold its 16 keys. The
     // probabilities are rounded to fp16 (the mma's input) before they are summed, so the sum
     // is that of the weights used.
-    float sc[2][2], m = -FLT_MAX;
+    uint32_t pa[kRows][2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
+    for (int r = 0; r < kRows; ++r) {
+      const int n_keys = n_warp_keys[r];
+      float sc[2][2], m = -FLT_MAX;
 #pragma unroll
-      for (int i = 0; i < 2; ++i) {
-        sc[j][i] = 8 * j + 2 * t + i < n_warp_keys ? __fmul_rn(s[j][i], p.scale) : -FLT_MAX;
-        m = fmaxf(m, sc[j][i]);
+      for (int j = 0; j < 2; ++j) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          sc[j][i] = 8 * j + 2 * t + i < n_keys ? __fmul_rn(s[j][2 * r + i], p.scale) : -FLT_MAX;
+          m = fmaxf(m, sc[j][i]);
+        }
       }
-    }
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-    m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-    uint32_t pa[2];
-    float l_pair[2];
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      float l_pair[2];
 #pragma unroll
-    for (int j = 0; j < 2; ++j) {
-      // score - m <= 0: the fast exp is safe
-      const float e0 = 8 * j + 2 * t < n_warp_keys ? __expf(sc[j][0] - m) : 0.0f;
-      const float e1 = 8 * j + 2 * t + 1 < n_warp_keys ? __expf(sc[j][1] - m) : 0.0f;
-      const __half2 h = __floats2half2_rn(e0, e1);
-      pa[j] = *reinterpret_cast<const uint32_t*>(&h);
-      l_pair[j] = __fadd_rn(__low2float(h), __high2float(h));
+      for (int j = 0; j < 2; ++j) {
+        // score - m <= 0: the fast exp is safe
+        const float e0 = 8 * j + 2 * t < n_keys ? __expf(sc[j][0] - m) : 0.0f;
+        const float e1 = 8 * j + 2 * t + 1 < n_keys ? __expf(sc[j][1] - m) : 0.0f;
+        const __half2 h = __floats2half2_rn(e0, e1);
+        pa[r][j] = *reinterpret_cast<const uint32_t*>(&h);
+        l_pair[j] = __fadd_rn(__low2float(h), __high2float(h));
+      }
+      float l = __fadd_rn(l_pair[0], l_pair[1]);
+      l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
+      l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
+      if (t == 0 && g < group)
+        warp_m[warp][r * kMaxGroup + g] = m, warp_l[warp][r * kMaxGroup + g] = l;
     }
-    float l = __fadd_rn(l_pair[0], l_pair[1]);
-    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 1));
-    l = __fadd_rn(l, __shfl_xor_sync(0xffffffffu, l, 2));
-    if (t == 0 && g < group) warp_m[warp][g] = m, warp_l[warp][g] = l;
 
-    // O = P V: P's C fragments are the A fragment with the keys as k. The B operand reads keys
-    // 2t, 2t + 1, 2t + 8, 2t + 9; column g of n tile 4 q + j is element 32 q + 4 g + j, so a
-    // lane reads one float4 of a row per quad of tiles, and the C fragment's columns 2t, 2t + 1
-    // land at elements 32 q + 8 t + j and + 4.
-    const uint32_t a[4] = {pa[0], 0u, pa[1], 0u};
-    const float* v_row[4];
-    bool v_ok[4];
+    // O = P V: P's C fragments are the A fragment with the keys as k (row 1's probabilities in
+    // the mma's rows 8-15). The B operand reads keys 2t, 2t + 1, 2t + 8, 2t + 9; column g of n
+    // tile 4 q + j is element 32 q + 4 g + j, so a lane reads one float4 of a row per quad of
+    // tiles, and the C fragment's columns 2t, 2t + 1 land at elements 32 q + 8 t + j and + 4.
+    const uint32_t a[4] = {pa[0][0], kRows == 2 ? pa[kRows - 1][0] : 0u, pa[0][1],
+                           kRows == 2 ? pa[kRows - 1][1] : 0u};
+    for (int pass = 0; pass < n_pass; ++pass) {
+      const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
+      const float* vb = pass == 0 ? v_base[0] : v_base[kRows - 1];
+      const float* v_row[4];
+      bool v_ok[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      const int key = 2 * t + (k & 1) + 8 * (k >> 1);
-      v_row[k] = v_base + static_cast<int64_t>(__shfl_sync(0xffffffffu, slot, key)) * p.kv.v_width;
-      v_ok[k] = key < n_warp_keys;  // never a stale slot's value times 0: it may be NaN
-    }
-    for (int d0 = 0; d0 < dim_v; d0 += kDimsPerRound) {
-      constexpr int kQuads = kDimsPerRound / 32;
-      float4 vv[kQuads][4];
-#pragma unroll
-      for (int q = 0; q < kQuads; ++q) {
-        const int d = d0 + 32 * q + 4 * g;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) vv[q][k] = load4(v_row[k] + d, v_ok[k] && d < dim_v);
+      for (int k = 0; k < 4; ++k) {
+        const int key = 2 * t + (k & 1) + 8 * (k >> 1);
+        v_row[k] =
+            vb + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_slot, key)) * p.kv.v_width;
+        v_ok[k] = key < n_load;  // never a stale slot's value times 0: it may be NaN
       }
+      const bool first_row = pass == 0 && g < group,
+                 second_row = kRows == 2 && pass == n_pass - 1 && g < group;
+      for (int d0 = 0; d0 < dim_v; d0 += kDimsPerRound) {
+        constexpr int kQuads = kDimsPerRound / 32;
+        float4 vv[kQuads][4];
 #pragma unroll
-      for (int q = 0; q < kQuads; ++q) {
-        if (d0 + 32 * q >= dim_v) break;  // uniform
+        for (int q = 0; q < kQuads; ++q) {
+          const int d = d0 + 32 * q + 4 * g;
 #pragma unroll
-        for (int j = 0; j < 4; ++j) {
-          float o[4] = {};
-          mma16816(o, a, half2_bits(component(vv[q][0], j), component(vv[q][1], j)),
-                   half2_bits(component(vv[q][2], j), component(vv[q][3], j)));
-          const int e = d0 + 32 * q + 8 * t + j;
-          if (g < group && e < dim_v) acc[g * dim_v + e] = o[0];
-          if (g < group && e + 4 < dim_v) acc[g * dim_v + e + 4] = o[1];
+          for (int k = 0; k < 4; ++k) vv[q][k] = load4(v_row[k] + d, v_ok[k] && d < dim_v);
+        }
+#pragma unroll
+        for (int q = 0; q < kQuads; ++q) {
+          if (d0 + 32 * q >= dim_v) break;  // uniform
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            float o[4] = {};
+            mma16816(o, a, half2_bits(component(vv[q][0], j), component(vv[q][1], j)),
+                     half2_bits(component(vv[q][2], j), component(vv[q][3], j)));
+            const int e = d0 + 32 * q + 8 * t + j;
+            float* acc0 = acc + g * dim_v + e;
+            float* acc1 = acc0 + group * dim_v;
+            if (first_row && e < dim_v) acc0[0] = o[0];
+            if (first_row && e + 4 < dim_v) acc0[4] = o[1];
+            if (second_row && e < dim_v) acc1[0] = o[2];
+            if (second_row && e + 4 < dim_v) acc1[4] = o[3];
+          }
         }
       }
     }
   }
   __syncthreads();
 
-  // The block's merge of its warps: each head's weights exp(m_w - m_all) once, then per head
-  // and element; a warp of 32 consecutive elements is one head's quantization block
+  // The block's merge of its warps: each (row, head)'s weights exp(m_w - m_all) once, then per
+  // element; a warp of 32 consecutive elements is one head's quantization block
   // (head_dim_v % 32 == 0 when the int8 output is asked for).
-  __shared__ float weight[kMaxGroup][kWarps], head_m[kMaxGroup], head_l[kMaxGroup];
-  if (threadIdx.x < group) {
-    const int h = threadIdx.x;
+  __shared__ float weight[kRows * kMaxGroup][kWarps], head_m[kRows * kMaxGroup],
+      head_l[kRows * kMaxGroup];
+  if (threadIdx.x < n_here * group) {
+    const int i = (threadIdx.x / group) * kMaxGroup + threadIdx.x % group;
     float m_all = -FLT_MAX;
-    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][h]);
+    for (int w = 0; w < kWarps; ++w) m_all = fmaxf(m_all, warp_m[w][i]);
     float l_all = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
-      weight[h][w] = warp_l[w][h] > 0.0f ? __expf(warp_m[w][h] - m_all) : 0.0f;
-      if (warp_l[w][h] > 0.0f) l_all = __fmaf_rn(warp_l[w][h], weight[h][w], l_all);
+      weight[i][w] = warp_l[w][i] > 0.0f ? __expf(warp_m[w][i] - m_all) : 0.0f;
+      if (warp_l[w][i] > 0.0f) l_all = __fmaf_rn(warp_l[w][i], weight[i][w], l_all);
     }
-    head_m[h] = m_all, head_l[h] = l_all;
+    head_m[i] = m_all, head_l[i] = l_all;
   }
   __syncthreads();
-  const float* accs = block_scratch(p, suffix_slots);
-  const int warp_floats = group * dim_v;
-  for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
-    const int h = e / dim_v, d = e % dim_v;
+  const float* accs = block_scratch<kRows>(p, slots);
+  for (int e = threadIdx.x; e < n_here * group * dim_v; e += blockDim.x) {
+    const int r = kRows == 1 ? 0 : e / (group * dim_v), h = e / dim_v % group, d = e % dim_v;
+    const int i = r * kMaxGroup + h;
     float o = 0.0f;
     for (int w = 0; w < kWarps; ++w) {
-      if (warp_l[w][h] > 0.0f) o = __fmaf_rn(accs[w * warp_floats + e], weight[h][w], o);
+      if (warp_l[w][i] > 0.0f) o = __fmaf_rn(accs[w * acc_floats + e], weight[i][w], o);
     }
     if (direct) {
       // merge_splits over this one split: m_all is the split's, its weight exp(m_all - m_all).
-      const float w_self = __expf(head_m[h] - head_m[h]);
-      write_output(p, head0 + h, row, d,
-                   __fdiv_rn(__fmaf_rn(o, w_self, 0.0f), __fmaf_rn(head_l[h], w_self, 0.0f)));
+      const float w_self = __expf(head_m[i] - head_m[i]);
+      write_output(p, head0 + h, p.row_base + row0 + r, d,
+                   __fdiv_rn(__fmaf_rn(o, w_self, 0.0f), __fmaf_rn(head_l[i], w_self, 0.0f)));
     } else {
-      float* ph = partial + h * head_stride;
+      float* ph = partial_of(r) + h * head_stride;
       ph[2 + d] = o;
-      if (d == 0) ph[0] = head_m[h], ph[1] = head_l[h];
+      if (d == 0) ph[0] = head_m[i], ph[1] = head_l[i];
     }
   }
 }
 
-// Splits of the (group, row) that can hold a key it sees; the merge reads only those.
+// Splits of the row that can hold a key it sees; the merge reads only those.
 __device__ __forceinline__ int used_splits(const RowMeta& rm) {
   const int max_keys = rm.n_committed + rm.n_batch_keys;
   return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
 }
 
-// Merges the (group, row)'s splits in order into out (and its int8 and fp16 forms), per head.
-// Splits at or beyond the row's last possible key hold no partial (or an empty one, l = 0), so
-// the merge stops before them (a 4096-slot cache has 32 splits; a short context uses one). The
-// partials come from other blocks of this launch: read past L1 (__ldcg), which is not coherent
-// between SMs.
+// Merges launch row lrow's splits (of the block's group) in order into out (and its int8 and
+// fp16 forms), per head. Splits at or beyond the row's last possible key hold no partial (or an
+// empty one, l = 0), so the merge stops before them (a 4096-slot cache has 32 splits; a short
+// context uses one). The partials come from other blocks of this launch: read past L1
+// (__ldcg), which is not coherent between SMs.
 //
 // Two rounds of loads: every split's (max, sum) at once, then every split's output element; a
 // head's split weights exp(m_s - m_all) are computed once, in split order, by one thread (the
 // same operations in the same order as an element's own loop would do them). A merge that read
 // them per element waited on several dependent rounds of L2 loads a split.
 constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
-__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int n_splits,
+__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int lrow, int n_splits,
                              float* scratch) {
-  const int group = p.group, head0 = blockIdx.x * group, row = p.row_base + blockIdx.y;
+  const int group = p.group, head0 = blockIdx.x * group, row = p.row_base + lrow;
   const int n_used = used_splits(rm);
   const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
   // Head head0 + h's split s at partial + (h n_splits + s) partial_width.
   const float* partial =
-      p.partial + (static_cast<int64_t>(blockIdx.y) * p.n_head + head0) * n_splits * partial_width;
+      p.partial + (static_cast<int64_t>(lrow) * p.n_head + head0) * n_splits * partial_width;
   auto at = [&](int h, int s) {
     return partial + (static_cast<int64_t>(h) * n_splits + s) * partial_width;
   };
@@ -443,20 +536,40 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int n_
 
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
 // taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
-template <bool kSkip>
+// kRows: batch rows a block (launch rows kRows blockIdx.y + r).
+template <bool kSkip, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionParams p) {
   pdl_enter();
-  extern __shared__ int32_t suffix_slots[];
-  const RowMeta rm = row_meta(p, p.row_base + blockIdx.y);
-  // Warp 0's first batch entries load with the row's (the scan needs them next).
-  const BatchEntry mine = threadIdx.x < 32 ? batch_entry(p, threadIdx.x) : BatchEntry{-1, 0, 0, 0};
-  const int n_used = kSkip ? used_splits(rm) : gridDim.z;
+  extern __shared__ int32_t slots[];
+  const int row0 = kRows * blockIdx.y;
+  const int n_here = min(kRows, p.launch_rows - row0);
+  RowMeta rm[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    rm[r] = r < n_here ? row_meta(p, p.row_base + row0 + r) : RowMeta{0, 0, 0, 0, 0};
+  }
+  // The scanning warps' first batch entries load with the rows' (the scans need them next).
+  const BatchEntry mine =
+      threadIdx.x < 32 * kRows ? batch_entry(p, threadIdx.x % 32) : BatchEntry{-1, 0, 0, 0};
+  int n_used = gridDim.z;
+  if (kSkip) {
+    n_used = 0;
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r < n_here) n_used = max(n_used, used_splits(rm[r]));
+    }
+  }
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
   // One split (any context under kKeysPerSplit): no partial, no count, no second pass over L2.
-  if (kSkip && n_used == 1) return split_partial(p, rm, mine, true, suffix_slots);
-  split_partial(p, rm, mine, false, suffix_slots);
+  if (kSkip && n_used == 1) return split_partial<kRows>(p, rm, n_here, mine, true, slots);
+  split_partial<kRows>(p, rm, n_here, mine, false, slots);
   if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x * p.group, n_used)) {
-    merge_splits(p, rm, gridDim.z, block_scratch(p, suffix_slots));
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= n_here) break;
+      if (r > 0) __syncthreads();  // the last row's merge is done with the scratch
+      merge_splits(p, rm[r], row0 + r, gridDim.z, block_scratch<kRows>(p, slots));
+    }
   }
 }
 
@@ -551,22 +664,31 @@ int head_group(int n_head, int n_head_kv, int n_rows) {
 }
 
 // The warps' outputs and the merge's split arrays share the space behind the slots.
-size_t attention_smem(int n_rows, int group, int head_dim_v, int n_splits) {
-  const size_t floats = std::max<size_t>(static_cast<size_t>(kWarps) * group * head_dim_v,
-                                         3ull * group * std::min(n_splits, kMergeMaxSplits));
-  return (static_cast<size_t>((n_rows + 3) & ~3) + floats) * sizeof(float);
+size_t attention_smem(int n_rows, int rows_a_block, int group, int head_dim_v, int n_splits) {
+  const size_t floats =
+      std::max<size_t>(static_cast<size_t>(kWarps) * rows_a_block * group * head_dim_v,
+                       3ull * group * std::min(n_splits, kMergeMaxSplits));
+  return (static_cast<size_t>(rows_a_block) * ((n_rows + 3) & ~3) + floats) * sizeof(float);
 }
+constexpr size_t kMaxSmem = 160 << 10;
 
-template <bool kSkip>
+template <bool kSkip, int kRows>
 void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const AttentionParams& p) {
   // Past the default 48 KB (eight heads of 256 elements, or a batch of thousands of rows).
   static const bool opted = [] {
-    SALVO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kSkip>,
-                                          cudaFuncAttributeMaxDynamicSharedMemorySize, 160 << 10));
+    SALVO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kSkip, kRows>,
+                                          cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     return true;
   }();
   (void)opted;
-  launch(attention_kernel<kSkip>, grid, kWarps * 32, smem, stream, p);
+  launch(attention_kernel<kSkip, kRows>, grid, kWarps * 32, smem, stream, p);
+}
+
+// Passes of at least this many rows take two rows a block (SALVO_CUDA_ATTENTION_PAIRS=N for A/B
+// runs, 0 for never; read at every launch, a graph captures it once).
+int pair_rows() {
+  const char* env = std::getenv("SALVO_CUDA_ATTENTION_PAIRS");
+  return env != nullptr ? std::atoi(env) : 2;
 }
 }  // namespace
 
@@ -576,18 +698,32 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   int per_launch = attention_rows_per_launch(p.n_head, p.kv.capacity, p.head_dim_v);
   if (p.rows_per_launch > 0) per_launch = std::min(per_launch, p.rows_per_launch);
   const int group = head_group(p.n_head, p.n_head_kv, p.batch.n_rows);
-  const size_t smem = attention_smem(p.batch.n_rows, group, p.head_dim_v, n_splits);
-  // A row's arithmetic does not depend on which launch takes it: the same bits in one launch
-  // or many.
+  const int pairs = pair_rows();
+  int rows_a_block = pairs > 0 && p.batch.n_rows >= pairs ? 2 : 1;
+  if (attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits) > kMaxSmem) {
+    rows_a_block = 1;
+  }
+  const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
+  const bool serial = serial_attention();
+  // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
+  // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
     AttentionParams part = p;
     part.row_base = first;
+    part.launch_rows = std::min(per_launch, p.batch.n_rows - first);
     part.group = group;
-    const dim3 grid(p.n_head / group, std::min(per_launch, p.batch.n_rows - first), n_splits);
-    if (serial_attention()) {
-      launch_attention<false>(grid, smem, stream, part);
+    const dim3 grid(p.n_head / group, (part.launch_rows + rows_a_block - 1) / rows_a_block,
+                    n_splits);
+    if (rows_a_block == 2) {
+      if (serial) {
+        launch_attention<false, 2>(grid, smem, stream, part);
+      } else {
+        launch_attention<true, 2>(grid, smem, stream, part);
+      }
+    } else if (serial) {
+      launch_attention<false, 1>(grid, smem, stream, part);
     } else {
-      launch_attention<true>(grid, smem, stream, part);
+      launch_attention<true, 1>(grid, smem, stream, part);
     }
   }
 }

@@ -321,8 +321,9 @@ struct AttentionParams {
   // Rows a launch takes, when fewer than attention_rows_per_launch() (0: that many; the tests
   // use it to check that the split into launches keeps the bits).
   int rows_per_launch = 0;
-  int row_base = 0;  // the launch's first batch row: attention() sets it
-  int group = 0;     // query heads a block (of one K/V head): attention() sets it
+  int row_base = 0;     // the launch's first batch row: attention() sets it
+  int launch_rows = 0;  // the launch's rows: attention() sets it
+  int group = 0;        // query heads a block (of one K/V head): attention() sets it
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
