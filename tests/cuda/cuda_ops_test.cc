@@ -72,6 +72,13 @@ std::vector<float> half_rounded(std::vector<float> x) {
   return x;
 }
 
+// The fp16 bits of each value (the device KV cache's form).
+std::vector<uint16_t> halves(const std::vector<float>& x) {
+  std::vector<uint16_t> h(x.size());
+  for (size_t i = 0; i < x.size(); ++i) h[i] = fp32_to_fp16(x[i]);
+  return h;
+}
+
 void put_f16(std::vector<uint8_t>& bytes, size_t at, float value) {
   const uint16_t h = fp32_to_fp16(value);
   std::memcpy(&bytes[at], &h, 2);
@@ -397,9 +404,9 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
                k = random_floats(3 * n_head_kv * head_dim, 35);
     const auto v = random_floats(3 * n_head_kv * head_dim, 36);
     Dev<float> q1(q), k1(k), q2(q), k2(k), dv(v);
-    Dev<float> kc1(2 * capacity * n_head_kv * head_dim), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n);
-    cudaMemset(kc1.ptr, 0, kc1.n * 4), cudaMemset(vc1.ptr, 0, kc1.n * 4);
-    cudaMemset(kc2.ptr, 0, kc1.n * 4), cudaMemset(vc2.ptr, 0, kc1.n * 4);
+    Dev<uint16_t> kc1(2 * capacity * n_head_kv * head_dim), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n);
+    cudaMemset(kc1.ptr, 0, kc1.n * 2), cudaMemset(vc1.ptr, 0, kc1.n * 2);
+    cudaMemset(kc2.ptr, 0, kc1.n * 2), cudaMemset(vc2.ptr, 0, kc1.n * 2);
     const int width = n_head_kv * head_dim;
     cuda::rope(q1.ptr, dpos.ptr, 3, n_head, head_dim, 48, 1e4f, mode, nullptr);
     cuda::rope(k1.ptr, dpos.ptr, 3, n_head_kv, head_dim, 48, 1e4f, mode, nullptr);
@@ -431,9 +438,9 @@ TEST_F(CudaOps, FusedOpsGiveTheUnfusedBits) {
     const auto qw = random_floats(dim, 40), kw = random_floats(dim, 41);
     Dev<float> q1(q), k1(k), q2(q), k2(k), k3(k), dv(v), dqw(qw), dkw(kw);
     const int width = n_head_kv * dim;
-    Dev<float> kc1(2 * capacity * width), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n), kc3(kc1.n),
+    Dev<uint16_t> kc1(2 * capacity * width), vc1(kc1.n), kc2(kc1.n), vc2(kc1.n), kc3(kc1.n),
         vc3(kc1.n);
-    for (Dev<float>* c : {&kc1, &vc1, &kc2, &vc2, &kc3, &vc3}) cudaMemset(c->ptr, 0, c->n * 4);
+    for (Dev<uint16_t>* c : {&kc1, &vc1, &kc2, &vc2, &kc3, &vc3}) cudaMemset(c->ptr, 0, c->n * 2);
     cuda::rms_norm(q1.ptr, dqw.ptr, q1.ptr, 3 * n_head, dim, 1e-6f, nullptr);
     cuda::rms_norm(k1.ptr, dkw.ptr, k1.ptr, 3 * n_head_kv, dim, 1e-6f, nullptr);
     cuda::rope(q1.ptr, dpos.ptr, 3, n_head, dim, dim, 1e6f, RopeMode::kRopeNeox, nullptr);
@@ -751,8 +758,8 @@ TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
             Dev<float> dx(random_floats(rows * n_in, 80, 2.0f));
             Dev<uint16_t> dh(frag_halves(rows, n_in));
             cuda::half_frags(dx.ptr, rows, n_in, dh.ptr, nullptr);
-            const std::vector<float> zero_cache(2 * capacity * kw, 0.0f);
-            Dev<float> kc1(zero_cache), vc1(zero_cache), kc2(zero_cache), vc2(zero_cache);
+            const std::vector<uint16_t> zero_cache(2 * capacity * kw, 0);
+            Dev<uint16_t> kc1(zero_cache), vc1(zero_cache), kc2(zero_cache), vc2(zero_cache);
             const cuda::KvLayerView kv1{kc1.ptr, vc1.ptr, capacity, kw, kw};
             const cuda::KvLayerView kv2{kc2.ptr, vc2.ptr, capacity, kw, kw};
             std::vector<Dev<uint8_t>*> plain_w, rope_w;
@@ -1037,11 +1044,10 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
     KvCache kv(c, 2, capacity);
     kv.commit_prefix(0, 600);
     kv.commit_prefix(1, 12);
-    // Fill every slot of both layers with known values. The host cache holds halves and the
-    // device cache floats, so the values are rounded to half first: both copies then agree.
-    const size_t layer_floats = 2ull * capacity * c.kv_width();
-    const std::vector<float> k_all = half_rounded(random_floats(2 * layer_floats, 21));
-    const std::vector<float> v_all = half_rounded(random_floats(2 * layer_floats, 22));
+    // Fill every slot of both layers with known values: halves in both caches.
+    const size_t layer_values = 2ull * capacity * c.kv_width();
+    const std::vector<float> k_all = half_rounded(random_floats(2 * layer_values, 21));
+    const std::vector<float> v_all = half_rounded(random_floats(2 * layer_values, 22));
     for (int l = 0; l < 2; ++l) {
       for (int s = 0; s < 2; ++s) {
         for (int slot = 0; slot < capacity; ++slot) {
@@ -1075,7 +1081,8 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
                           .scale = scale,
                           .window = window});
 
-    Dev<float> dk(k_all), dv(v_all), dq(q), dkn(k_new), dvn(v_new), dout(want.size());
+    Dev<uint16_t> dk(halves(k_all)), dv(halves(v_all));
+    Dev<float> dq(q), dkn(k_new), dvn(v_new), dout(want.size());
     Dev<float> partial(cuda::attention_scratch_bytes(n, c.n_head, capacity, c.head_dim_v) / 4);
     Dev<int> counts(static_cast<size_t>(n) * c.n_head);  // the split counts start at 0
     ASSERT_EQ(cudaMemset(counts.ptr, 0, counts.n * 4), cudaSuccess);
@@ -1087,8 +1094,8 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
                              .slot = slot.ptr,
                              .subtree_end = subtree_end.ptr,
                              .committed = committed.ptr};
-    const cuda::KvLayerView kvl{.k = dk.ptr + layer * layer_floats,
-                                .v = dv.ptr + layer * layer_floats,
+    const cuda::KvLayerView kvl{.k = dk.ptr + layer * layer_values,
+                                .v = dv.ptr + layer * layer_values,
                                 .capacity = capacity,
                                 .k_width = c.kv_width(),
                                 .v_width = c.v_width()};
@@ -1145,7 +1152,8 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
         v_sub.insert(v_sub.end(), v_new.begin() + r * c.kv_width(),
                      v_new.begin() + (r + 1) * c.kv_width());
       }
-      Dev<float> dk2(k_all), dv2(v_all), dq2(q_sub), dk2n(k_sub), dv2n(v_sub);
+      Dev<uint16_t> dk2(halves(k_all)), dv2(halves(v_all));
+      Dev<float> dq2(q_sub), dk2n(k_sub), dv2n(v_sub);
       Dev<float> out_sub(2 * c.n_head * c.head_dim_v);
       Dev<int32_t> seq2(sub.seq_ids), pos2(sub.positions), slot2(sub_layout.slot),
           end2(sub.subtree_end);
@@ -1156,8 +1164,8 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
                   .slot = slot2.ptr,
                   .subtree_end = end2.ptr,
                   .committed = committed.ptr};
-      sp.kv.k = dk2.ptr + layer * layer_floats;
-      sp.kv.v = dv2.ptr + layer * layer_floats;
+      sp.kv.k = dk2.ptr + layer * layer_values;
+      sp.kv.v = dv2.ptr + layer * layer_values;
       cuda::store_kv(sp.batch, sp.kv, dk2n.ptr, dv2n.ptr, nullptr);
       sp.q = dq2.ptr;
       sp.out = out_sub.ptr;
@@ -1232,16 +1240,15 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
     kv.commit(0, accepted);
     if (!from.empty()) {
       Dev<int32_t> dfrom(from), dto(to);
-      cuda::commit_kv(dk.ptr, dv.ptr, layer_floats, layer_floats, 2, c.kv_width(), c.v_width(),
+      cuda::commit_kv(dk.ptr, dv.ptr, layer_values, layer_values, 2, c.kv_width(), c.v_width(),
                       dfrom.ptr, dto.ptr, static_cast<int>(from.size()), nullptr);
       const auto k_after = dk.host();
       for (int l = 0; l < 2; ++l) {
         for (int s = 0; s < 603; ++s) {
-          // The device holds floats, the host halves of the same (half-rounded) values.
-          const float* got = &k_after[(l * 2 * capacity + s) * c.kv_width()];
+          const uint16_t* got = &k_after[(l * 2 * capacity + s) * c.kv_width()];
           const KvCache::Elem* want_half = kv.key(l, 0, s);
           int differ = 0;
-          for (int i = 0; i < c.kv_width(); ++i) differ += got[i] != fp16_to_fp32(want_half[i]);
+          for (int i = 0; i < c.kv_width(); ++i) differ += got[i] != want_half[i];
           EXPECT_EQ(differ, 0) << "layer " << l << " slot " << s;
         }
       }
@@ -1282,31 +1289,31 @@ TEST_F(CudaOps, CommitMovesOverlappingSlotsInOrder) {
   c.head_dim = c.head_dim_v = 64;
   const int capacity = 8;
   KvCache kv(c, 1, capacity);
-  const size_t layer_floats = capacity * 64;
-  // Half-rounded values: the host cache holds halves, the device floats of the same values.
-  const auto k_all = half_rounded(random_floats(3 * layer_floats, 31)),
-             v_all = half_rounded(random_floats(3 * layer_floats, 32));
+  const size_t layer_values = capacity * 64;
+  // Half-rounded values: both caches hold them as halves.
+  const auto k_all = half_rounded(random_floats(3 * layer_values, 31)),
+             v_all = half_rounded(random_floats(3 * layer_values, 32));
   for (int l = 0; l < 3; ++l) {
     for (int s = 0; s < capacity; ++s) {
       for (int i = 0; i < 64; ++i) {
-        kv.key(l, 0, s)[i] = fp32_to_fp16(k_all[l * layer_floats + s * 64 + i]);
-        kv.value(l, 0, s)[i] = fp32_to_fp16(v_all[l * layer_floats + s * 64 + i]);
+        kv.key(l, 0, s)[i] = fp32_to_fp16(k_all[l * layer_values + s * 64 + i]);
+        kv.value(l, 0, s)[i] = fp32_to_fp16(v_all[l * layer_values + s * 64 + i]);
       }
     }
   }
   const std::vector<int32_t> accepted = {1, 2, 4};
   kv.commit(0, accepted);
-  Dev<float> dk(k_all), dv(v_all);
+  Dev<uint16_t> dk(halves(k_all)), dv(halves(v_all));
   Dev<int32_t> from(std::vector<int32_t>{1, 2, 4}), to(std::vector<int32_t>{0, 1, 2});
-  cuda::commit_kv(dk.ptr, dv.ptr, layer_floats, layer_floats, 3, 64, 64, from.ptr, to.ptr, 3,
+  cuda::commit_kv(dk.ptr, dv.ptr, layer_values, layer_values, 3, 64, 64, from.ptr, to.ptr, 3,
                   nullptr);
   const auto k = dk.host(), v = dv.host();
   for (int l = 0; l < 3; ++l) {
     for (int s = 0; s < 3; ++s) {
       int differ = 0;
       for (int i = 0; i < 64; ++i) {
-        differ += k[l * layer_floats + s * 64 + i] != fp16_to_fp32(kv.key(l, 0, s)[i]);
-        differ += v[l * layer_floats + s * 64 + i] != fp16_to_fp32(kv.value(l, 0, s)[i]);
+        differ += k[l * layer_values + s * 64 + i] != kv.key(l, 0, s)[i];
+        differ += v[l * layer_values + s * 64 + i] != kv.value(l, 0, s)[i];
       }
       EXPECT_EQ(differ, 0) << "layer " << l << " slot " << s;
     }

@@ -1,6 +1,6 @@
 // Attention over the device KV cache with TokenBatch's tree mask, K/V stores and KV commit.
 //
-// Cache layout per layer: [n_seq][capacity][width] floats; committed slot i holds position i,
+// Cache layout per layer: [n_seq][capacity][width] fp16 values; committed slot i holds position i,
 // the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
 #include <cuda_fp16.h>
 
@@ -25,10 +25,12 @@ __global__ void store_kv_kernel(BatchView batch, KvLayerView kv, const float* k,
   const int64_t slot =
       static_cast<int64_t>(batch.seq[r]) * kv.capacity + static_cast<int64_t>(batch.slot[r]);
   for (int i = threadIdx.x; i < kv.k_width; i += blockDim.x) {
-    kv.k[slot * kv.k_width + i] = k[static_cast<int64_t>(r) * kv.k_width + i];
+    kv.k[slot * kv.k_width + i] =
+        __half_as_ushort(__float2half_rn(k[static_cast<int64_t>(r) * kv.k_width + i]));
   }
   for (int i = threadIdx.x; i < kv.v_width; i += blockDim.x) {
-    kv.v[slot * kv.v_width + i] = v[static_cast<int64_t>(r) * kv.v_width + i];
+    kv.v[slot * kv.v_width + i] =
+        __half_as_ushort(__float2half_rn(v[static_cast<int64_t>(r) * kv.v_width + i]));
   }
 }
 
@@ -140,13 +142,15 @@ __device__ __forceinline__ float* block_scratch(const AttentionParams& p, int32_
   return reinterpret_cast<float*>(row_slots(p, slots, kRows));
 }
 
-// Component j of v (j a constant after unrolling).
-__device__ __forceinline__ float component(const float4& v, int j) {
-  return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
+// Four fp16 values (8 bytes) of a cache row, or zeros.
+__device__ __forceinline__ uint2 load4(const uint16_t* p, bool ok) {
+  return ok ? *reinterpret_cast<const uint2*>(p) : make_uint2(0u, 0u);
 }
 
-__device__ __forceinline__ float4 load4(const float* p, bool ok) {
-  return ok ? *reinterpret_cast<const float4*>(p) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+// The fp16 pair (lo, hi) from element j of a and of b (j a constant after unrolling).
+__device__ __forceinline__ uint32_t pair_of(const uint2& a, const uint2& b, int j) {
+  const uint32_t x = j < 2 ? a.x : a.y, y = j < 2 ? b.x : b.y;
+  return __byte_perm(x, y, j % 2 == 0 ? 0x5410 : 0x7632);
 }
 
 // The block's kRows rows (launch rows kRows blockIdx.y + r; n_here of them exist) over the keys
@@ -232,8 +236,8 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
   // Row r: the slot of its key `number` (lanes 0-15), and how many of the warp's keys it sees.
   int slot[kRows], n_warp_keys[kRows];
   bool valid[kRows];
-  const float* k_base[kRows];
-  const float* v_base[kRows];
+  const uint16_t* k_base[kRows];
+  const uint16_t* v_base[kRows];
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
     const RowMeta& m = rm[r];
@@ -283,8 +287,8 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
     float s[2][4];
     for (int pass = 0; pass < n_pass; ++pass) {
       const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
-      const float* kb = pass == 0 ? k_base[0] : k_base[kRows - 1];
-      const float* k_row[2];
+      const uint16_t* kb = pass == 0 ? k_base[0] : k_base[kRows - 1];
+      const uint16_t* k_row[2];
       bool k_ok[2];
 #pragma unroll
       for (int j = 0; j < 2; ++j) {
@@ -295,7 +299,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
       }
       float ps[2][4] = {};
       for (int d0 = 0; d0 < p.head_dim; d0 += kDimsPerRound) {
-        float4 kv[2][8];
+        uint2 kv[2][8];
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           const int d = d0 + 16 * c + 4 * t;
@@ -313,8 +317,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
           const uint32_t a[4] = {q0.x, q1.x, q0.y, q1.y};
 #pragma unroll
           for (int j = 0; j < 2; ++j) {
-            mma16816(ps[j], a, half2_bits(kv[j][c].x, kv[j][c].y),
-                     half2_bits(kv[j][c].z, kv[j][c].w));
+            mma16816(ps[j], a, kv[j][c].x, kv[j][c].y);
           }
         }
       }
@@ -367,8 +370,8 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
                            kRows == 2 ? pa[kRows - 1][1] : 0u};
     for (int pass = 0; pass < n_pass; ++pass) {
       const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
-      const float* vb = pass == 0 ? v_base[0] : v_base[kRows - 1];
-      const float* v_row[4];
+      const uint16_t* vb = pass == 0 ? v_base[0] : v_base[kRows - 1];
+      const uint16_t* v_row[4];
       bool v_ok[4];
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -381,7 +384,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
                  second_row = kRows == 2 && pass == n_pass - 1 && g < group;
       for (int d0 = 0; d0 < dim_v; d0 += kDimsPerRound) {
         constexpr int kQuads = kDimsPerRound / 32;
-        float4 vv[kQuads][4];
+        uint2 vv[kQuads][4];
 #pragma unroll
         for (int q = 0; q < kQuads; ++q) {
           const int d = d0 + 32 * q + 4 * g;
@@ -394,8 +397,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
 #pragma unroll
           for (int j = 0; j < 4; ++j) {
             float o[4] = {};
-            mma16816(o, a, half2_bits(component(vv[q][0], j), component(vv[q][1], j)),
-                     half2_bits(component(vv[q][2], j), component(vv[q][3], j)));
+            mma16816(o, a, pair_of(vv[q][0], vv[q][1], j), pair_of(vv[q][2], vv[q][3], j));
             const int e = d0 + 32 * q + 8 * t + j;
             float* acc0 = acc + g * dim_v + e;
             float* acc1 = acc0 + group * dim_v;
@@ -583,21 +585,21 @@ bool serial_attention() {
 
 // A thread per element of a slot per layer; each walks the moves in order, so a move never
 // reads a slot that an earlier move of the same element has overwritten out of turn.
-__global__ void commit_kv_kernel(float* k, float* v, int64_t k_stride, int64_t v_stride,
+__global__ void commit_kv_kernel(uint16_t* k, uint16_t* v, int64_t k_stride, int64_t v_stride,
                                  int k_width, int v_width, const int32_t* from, const int32_t* to,
                                  int n_moves) {
   pdl_enter();
   const int layer = blockIdx.y;
   const int e = blockIdx.x * blockDim.x + threadIdx.x;
   if (e < k_width) {
-    float* base = k + layer * k_stride;
+    uint16_t* base = k + layer * k_stride;
     for (int j = 0; j < n_moves; ++j) {
       base[static_cast<int64_t>(to[j]) * k_width + e] =
           base[static_cast<int64_t>(from[j]) * k_width + e];
     }
   }
   if (e < v_width) {
-    float* base = v + layer * v_stride;
+    uint16_t* base = v + layer * v_stride;
     for (int j = 0; j < n_moves; ++j) {
       base[static_cast<int64_t>(to[j]) * v_width + e] =
           base[static_cast<int64_t>(from[j]) * v_width + e];
@@ -728,9 +730,9 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   }
 }
 
-void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
-               int k_width, int v_width, const int32_t* from, const int32_t* to, int n_moves,
-               cudaStream_t stream) {
+void commit_kv(uint16_t* k, uint16_t* v, int64_t k_layer_stride, int64_t v_layer_stride,
+               int n_layer, int k_width, int v_width, const int32_t* from, const int32_t* to,
+               int n_moves, cudaStream_t stream) {
   if (n_moves == 0) return;
   const int width = k_width > v_width ? k_width : v_width;
   const dim3 grid((width + 127) / 128, n_layer);

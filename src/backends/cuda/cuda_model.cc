@@ -151,7 +151,8 @@ struct DeviceLayer {
   DeviceLinear ffn_down;
 };
 
-// The device rows of one KvCache: [n_layer][n_seq][capacity][width] floats for K and for V.
+// The device rows of one KvCache: [n_layer][n_seq][capacity][width] fp16 values for K and for V
+// (KvLayerView).
 class DeviceKvCache : public KvCacheMirror {
  public:
   DeviceKvCache(const void* owner, const ModelConfig& c, int n_seq, int capacity)
@@ -164,16 +165,16 @@ class DeviceKvCache : public KvCacheMirror {
 
   Status allocate() {
     const size_t slots = static_cast<size_t>(n_layer_) * n_seq_ * capacity_;
-    SALVO_RETURN_IF_ERROR(k_.reserve(slots * k_width_ * sizeof(float)));
-    SALVO_RETURN_IF_ERROR(v_.reserve(slots * v_width_ * sizeof(float)));
+    SALVO_RETURN_IF_ERROR(k_.reserve(slots * k_width_ * sizeof(uint16_t)));
+    SALVO_RETURN_IF_ERROR(v_.reserve(slots * v_width_ * sizeof(uint16_t)));
     return moves_.reserve(2 * static_cast<size_t>(capacity_) * sizeof(int32_t));
   }
 
   const void* owner() const { return owner_; }
   KvLayerView layer(int il) const {
     const size_t layer_slots = static_cast<size_t>(n_seq_) * capacity_;
-    return {.k = k_.get<float>() + il * layer_slots * k_width_,
-            .v = v_.get<float>() + il * layer_slots * v_width_,
+    return {.k = k_.get<uint16_t>() + il * layer_slots * k_width_,
+            .v = v_.get<uint16_t>() + il * layer_slots * v_width_,
             .capacity = capacity_,
             .k_width = k_width_,
             .v_width = v_width_};
@@ -195,8 +196,8 @@ class DeviceKvCache : public KvCacheMirror {
     SALVO_CUDA_CHECK(cudaMemcpy(moves_.get(), moves.data(), moves.size() * sizeof(int32_t),
                                 cudaMemcpyHostToDevice));
     const size_t layer_slots = static_cast<size_t>(n_seq_) * capacity_;
-    commit_kv(k_.get<float>() + seq * static_cast<size_t>(capacity_) * k_width_,
-              v_.get<float>() + seq * static_cast<size_t>(capacity_) * v_width_,
+    commit_kv(k_.get<uint16_t>() + seq * static_cast<size_t>(capacity_) * k_width_,
+              v_.get<uint16_t>() + seq * static_cast<size_t>(capacity_) * v_width_,
               static_cast<int64_t>(layer_slots * k_width_),
               static_cast<int64_t>(layer_slots * v_width_), n_layer_, k_width_, v_width_,
               moves_.get<int32_t>(), moves_.get<int32_t>() + n, n, /*stream=*/0);

@@ -625,8 +625,8 @@ class DeviceDflashRunner : public DflashRunner {
 
   KvLayerView layer_view(int il) const {
     const int w = d_->config.kv_width();
-    return {.k = k_[il].get<float>(),
-            .v = v_[il].get<float>(),
+    return {.k = k_[il].get<uint16_t>(),
+            .v = v_[il].get<uint16_t>(),
             .capacity = capacity_,
             .k_width = w,
             .v_width = w};
@@ -638,7 +638,7 @@ class DeviceDflashRunner : public DflashRunner {
     if (slots <= capacity_) return Status();
     const DflashConfig& c = d_->config;
     const int capacity = std::max(slots, 2 * capacity_);
-    const size_t row = static_cast<size_t>(c.kv_width()) * sizeof(float);
+    const size_t row = static_cast<size_t>(c.kv_width()) * sizeof(uint16_t);
     std::vector<DeviceBuffer> k(c.n_layer), v(c.n_layer);
     for (int il = 0; il < c.n_layer; ++il) {
       SALVO_RETURN_IF_ERROR(k[il].reserve(capacity * row));

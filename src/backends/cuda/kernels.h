@@ -110,10 +110,12 @@ struct BatchView {
   const int32_t* row_committed = nullptr;
 };
 
-// One layer of the device KV cache: [n_seq][capacity][width] floats for K and for V.
+// One layer of the device KV cache: [n_seq][capacity][width] fp16 values (bits) for K and for V.
+// Attention multiplies K and V as fp16 on the tensor cores, so a cache of floats gave the same
+// bits at twice the bytes (the host cache holds halves too).
 struct KvLayerView {
-  float* k = nullptr;
-  float* v = nullptr;
+  uint16_t* k = nullptr;
+  uint16_t* v = nullptr;
   int capacity = 0, k_width = 0, v_width = 0;
 };
 
@@ -343,10 +345,10 @@ void attention(const AttentionParams& p, cudaStream_t stream);
 
 // Moves slot from[j] to slot to[j] of one sequence, in order j = 0, 1, ... (from[j] >= to[j],
 // both increasing), in every layer: KvCache::commit on the device.
-// k, v: the cache base of the sequence in layer 0; layer_stride: floats between layers.
-void commit_kv(float* k, float* v, int64_t k_layer_stride, int64_t v_layer_stride, int n_layer,
-               int k_width, int v_width, const int32_t* from, const int32_t* to, int n_moves,
-               cudaStream_t stream);
+// k, v: the cache base of the sequence in layer 0; layer_stride: values between layers.
+void commit_kv(uint16_t* k, uint16_t* v, int64_t k_layer_stride, int64_t v_layer_stride,
+               int n_layer, int k_width, int v_width, const int32_t* from, const int32_t* to,
+               int n_moves, cudaStream_t stream);
 
 // The DFlash drafter's per-depth candidates (dflash.cu).
 inline constexpr int kMaxTopCandidates = 16;

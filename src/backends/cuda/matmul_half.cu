@@ -468,7 +468,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   const RopeEpilogue& re = grp.rope;
   const int g = lane / 4, t = lane % 4;
   const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
-  float* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
+  uint16_t* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -477,15 +477,25 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
       if (col >= grp.n_rows) continue;
       const int64_t r = grp.row0 + col;
       const int o0 = tile * 16 + g, o1 = o0 + 8;
-      float* dst = m.role == HalfRole::kRopeQ || !re.rotate
-                       ? m.y + static_cast<int64_t>(col) * m.n_out
-                       : cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
-                                  re.batch.slot[r]) *
-                                     row_width;
+      // Q (and K, V unrotated) to y as floats, K and V to the cache as fp16.
+      const bool to_cache = m.role != HalfRole::kRopeQ && re.rotate;
+      float* y = m.y + static_cast<int64_t>(col) * m.n_out;
+      uint16_t* slot_row = to_cache
+                               ? cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
+                                          re.batch.slot[r]) *
+                                             row_width
+                               : nullptr;
+      auto put = [&](int o, float value) {
+        if (to_cache) {
+          slot_row[o] = __half_as_ushort(__float2half_rn(value));
+        } else {
+          y[o] = value;
+        }
+      };
       const float x0 = finish(m, acc[nt][i], o0), x1 = finish(m, acc[nt][i + 2], o1);
       if (m.role == HalfRole::kStoreV) {
-        dst[o0] = x0;
-        dst[o1] = x1;
+        put(o0, x0);
+        put(o1, x1);
         continue;
       }
       const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
@@ -495,8 +505,8 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
       if (p < re.n_rot / 2 && re.rotate) {
         rope_rotate(x0, x1, p, static_cast<float>(re.batch.pos[r]), re.theta_scale, y0, y1);
       }
-      dst[head * re.head_dim + a] = y0;
-      dst[head * re.head_dim + b] = y1;
+      put(head * re.head_dim + a, y0);
+      put(head * re.head_dim + b, y1);
     }
   }
 }

@@ -156,12 +156,12 @@ __global__ void __launch_bounds__(kRopeStoreThreads)
   const int64_t slot =
       static_cast<int64_t>(p.batch.seq[r]) * p.kv.capacity + static_cast<int64_t>(p.batch.slot[r]);
   for (int d = threadIdx.x; d < p.head_dim; d += blockDim.x) {
-    p.kv.k[slot * p.kv.k_width + kh * p.head_dim + d] = vec[d];
+    p.kv.k[slot * p.kv.k_width + kh * p.head_dim + d] = __half_as_ushort(__float2half_rn(vec[d]));
   }
   const int vw = p.kv.v_width / p.n_head_kv;
   const float* v = p.v + static_cast<int64_t>(r) * p.kv.v_width + kh * vw;
   for (int d = threadIdx.x; d < vw; d += blockDim.x)
-    p.kv.v[slot * p.kv.v_width + kh * vw + d] = v[d];
+    p.kv.v[slot * p.kv.v_width + kh * vw + d] = __half_as_ushort(__float2half_rn(v[d]));
 }
 
 __global__ void silu_mul_kernel(float* gate, const float* up, int64_t n) {
