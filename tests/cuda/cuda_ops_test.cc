@@ -14,7 +14,6 @@
 #include <limits>
 #include <memory>
 #include <random>
-#include <string>
 #include <vector>
 
 #include "backends/cpu/matmul.h"
@@ -1190,18 +1189,13 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
     }
     // A row a block (the kernel of a 1-row decode) against the default two (tree rows 0 and 1
     // share their keys, 2 and 3 are cousins whose last keys differ, 4 is alone): the same bits.
-    // A row a block also with its V loads after the scores (SALVO_CUDA_ATTENTION_V_EARLY=0).
-    for (const char* pairs : {"0", "2", "0 late"}) {
+    for (const char* pairs : {"0", "2"}) {
       Dev<float> out_pairs(want.size());
       cuda::AttentionParams paired = params;
       paired.out = out_pairs.ptr;
-      setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs[0] == '0' ? "0" : pairs, 1);
-      if (std::string(pairs).find("late") != std::string::npos) {
-        setenv("SALVO_CUDA_ATTENTION_V_EARLY", "0", 1);
-      }
+      setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
       cuda::attention(paired, nullptr);
       unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
-      unsetenv("SALVO_CUDA_ATTENTION_V_EARLY");
       EXPECT_EQ(out_pairs.host(), dout.host()) << "pairs from " << pairs << " rows";
     }
     // In launches of 1, 2 and 3 rows (a wide pass at a long context): the same bits (with 3, rows

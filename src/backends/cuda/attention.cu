@@ -85,8 +85,7 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 //
 // Latency, not bandwidth, sets a decode's attention time (a few hundred KB a layer): each
 // dependent round of loads costs microseconds. So a warp takes only 16 keys and issues the loads
-// of all their K elements at once, then of all their V elements: two rounds of memory latency
-// (one in a decode, whose V loads go out with K's).
+// of all their K elements at once, then of all their V elements: two rounds of memory latency.
 constexpr int kKeysPerWarp = 16;
 constexpr int kKeysPerSplit = kWarps * kKeysPerWarp;
 constexpr int kMaxGroup = 8;            // query heads a row of a block: 8 of the mma's 16 rows
@@ -285,37 +284,6 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
     // natural order (twice the load instructions, each across 8 rows) and Q per warp from
     // global memory: a 1.5B decode step cost 0.12 ms more than with the FMA kernel; this one
     // 0.04 ms. Staging K and V through shared memory for ldmatrix was worse still (+0.28 ms).
-    // V's rows of the pass (the B operand of O = P V reads keys 2t, 2t + 1, 2t + 8, 2t + 9) and
-    // one round of their elements from d0.
-    constexpr int kQuads = kDimsPerRound / 32;
-    auto v_rows = [&](int pass, const uint16_t*(&v_row)[4], bool(&v_ok)[4]) {
-      const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
-      const uint16_t* vb = pass == 0 ? v_base[0] : v_base[kRows - 1];
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const int key = 2 * t + (k & 1) + 8 * (k >> 1);
-        v_row[k] =
-            vb + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_slot, key)) * p.kv.v_width;
-        v_ok[k] = key < n_load;  // never a stale slot's value times 0: it may be NaN
-      }
-    };
-    auto load_v = [&](const uint16_t* const(&v_row)[4], const bool(&v_ok)[4], int d0,
-                      uint2(&vv)[kQuads][4]) {
-#pragma unroll
-      for (int q = 0; q < kQuads; ++q) {
-        const int d = d0 + 32 * q + 4 * g;
-#pragma unroll
-        for (int k = 0; k < 4; ++k) vv[q][k] = load4(v_row[k] + d, v_ok[k] && d < dim_v);
-      }
-    };
-    // A row a block with V in one round (head_dim_v <= 128): V's loads go out with K's, one
-    // memory latency a warp instead of two (the fp16 cache left the registers for it; two rows
-    // a block would spill).
-    const bool v_early = kRows == 1 && p.v_early && dim_v <= kDimsPerRound;
-    const uint16_t* v_row0[4];
-    bool v_ok0[4];
-    uint2 v_pre[kQuads][4];
-    if (v_early) v_rows(0, v_row0, v_ok0);
     float s[2][4];
     for (int pass = 0; pass < n_pass; ++pass) {
       const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
@@ -338,7 +306,6 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
 #pragma unroll
           for (int j = 0; j < 2; ++j) kv[j][c] = load4(k_row[j] + d, k_ok[j] && d < p.head_dim);
         }
-        if (v_early && d0 == 0) load_v(v_row0, v_ok0, 0, v_pre);
 #pragma unroll
         for (int c = 0; c < 8; ++c) {
           if (d0 + 16 * c >= p.head_dim) break;  // uniform
@@ -402,21 +369,27 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
     const uint32_t a[4] = {pa[0][0], kRows == 2 ? pa[kRows - 1][0] : 0u, pa[0][1],
                            kRows == 2 ? pa[kRows - 1][1] : 0u};
     for (int pass = 0; pass < n_pass; ++pass) {
+      const int lane_slot = pass_slot(pass), n_load = pass_keys(pass);
+      const uint16_t* vb = pass == 0 ? v_base[0] : v_base[kRows - 1];
       const uint16_t* v_row[4];
       bool v_ok[4];
-      if (!v_early) v_rows(pass, v_row, v_ok);
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const int key = 2 * t + (k & 1) + 8 * (k >> 1);
+        v_row[k] =
+            vb + static_cast<int64_t>(__shfl_sync(0xffffffffu, lane_slot, key)) * p.kv.v_width;
+        v_ok[k] = key < n_load;  // never a stale slot's value times 0: it may be NaN
+      }
       const bool first_row = pass == 0 && g < group,
                  second_row = kRows == 2 && pass == n_pass - 1 && g < group;
       for (int d0 = 0; d0 < dim_v; d0 += kDimsPerRound) {
+        constexpr int kQuads = kDimsPerRound / 32;
         uint2 vv[kQuads][4];
-        if (v_early) {
 #pragma unroll
-          for (int q = 0; q < kQuads; ++q) {
+        for (int q = 0; q < kQuads; ++q) {
+          const int d = d0 + 32 * q + 4 * g;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) vv[q][k] = v_pre[q][k];
-          }
-        } else {
-          load_v(v_row, v_ok, d0, vv);
+          for (int k = 0; k < 4; ++k) vv[q][k] = load4(v_row[k] + d, v_ok[k] && d < dim_v);
         }
 #pragma unroll
         for (int q = 0; q < kQuads; ++q) {
@@ -734,7 +707,6 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   }
   const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
   const bool serial = serial_attention();
-  const char* v_early = std::getenv("SALVO_CUDA_ATTENTION_V_EARLY");
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
   // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
@@ -742,7 +714,6 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     part.row_base = first;
     part.launch_rows = std::min(per_launch, p.batch.n_rows - first);
     part.group = group;
-    part.v_early = v_early == nullptr || std::atoi(v_early) != 0;
     const dim3 grid(p.n_head / group, (part.launch_rows + rows_a_block - 1) / rows_a_block,
                     n_splits);
     if (rows_a_block == 2) {

@@ -326,9 +326,6 @@ struct AttentionParams {
   int row_base = 0;     // the launch's first batch row: attention() sets it
   int launch_rows = 0;  // the launch's rows: attention() sets it
   int group = 0;        // query heads a block (of one K/V head): attention() sets it
-  // A decode's V loads go out with its K loads: attention() sets it (SALVO_CUDA_ATTENTION_V_EARLY=0
-  // turns it off, for A/B runs).
-  bool v_early = true;
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
