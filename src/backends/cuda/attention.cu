@@ -72,9 +72,7 @@ __device__ __forceinline__ void write_output(const AttentionParams& p, int head,
 // kernel / this one): k-row passes 1 1.213 / 1.254 ms, 8 1.448 / 1.406, 16 2.011 / 1.742, 64 6.097
 // / 4.527; at a 2048-token context 16 rows 3.43 / 2.20; pp512 13513 / 18532 tok/s; tg128 812 / 838.
 //
-// Two rows a block (passes of 2 or more rows): the 16-row verification on the 7B shape read its
-// K/V head's keys once per row in 64 blocks of 7 heads a split, two waves of blocks on an H100,
-// 22.7 us a layer against a decode's 7.7 (session 58's kernel timeline).
+// Two rows a block (passes of 64 or more rows, pair_rows()): each K/V row read once for both.
 //
 // The block merges its warps and writes the split's (max, sum, unnormalised output) per head.
 // The last block of a (group, row) to finish merges the splits in order (a count per (group,
@@ -687,10 +685,17 @@ void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const Attenti
 }
 
 // Passes of at least this many rows take two rows a block (SALVO_CUDA_ATTENTION_PAIRS=N for A/B
-// runs, 0 for never; read at every launch, a graph captures it once).
+// runs, 0 for never; read at every launch, a graph captures it once). Session 59 on an H100
+// (random shapes, 512-token context, pairs from 2 rows against none): the 7B's 16-row pass took
+// 26.3 us of attention a layer against 21.5 (3.72 against 3.59 ms a pass), its 32-row pass 5.51
+// against 5.43 ms, its 64-row pass 10.07 against 10.19, and a 512-row prefill chunk 198 against
+// 252 us a layer (pp512 7191 against 7049 tok/s; the 1.5B 18210 against 17734). Halving the
+// blocks lengthens the chain a block waits on (the two rows' split merges in turn) more than the
+// shared loads save, until the launch has waves of blocks to spare. (Branch s59-pair-merge
+// merges both rows in one pass: compiled, not yet run.)
 int pair_rows() {
   const char* env = std::getenv("SALVO_CUDA_ATTENTION_PAIRS");
-  return env != nullptr ? std::atoi(env) : 2;
+  return env != nullptr ? std::atoi(env) : 64;
 }
 }  // namespace
 
