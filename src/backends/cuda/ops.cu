@@ -36,23 +36,24 @@ __device__ float block_sum(float v) {
 
 // RMSNorm of one row per block, with the residual add (h non-null: x += h first) and the int8
 // copy of the output (q.q non-null) fused in: every norm of a pass is this kernel. A decode step
-// has one row, so the kernel is a latency chain: each thread loads its (at most kPer)
+// has one row, so the kernel is a latency chain: each thread loads its (at most kMaxPerThread)
 // elements at once into registers before it writes anything (x, h and out may alias, which would
 // otherwise order every load after the previous store), and the block is as wide as the row needs.
 // With dim a multiple of 32, a warp's 32 elements of one turn are one quantization block.
-template <int kT, int kPer>
+constexpr int kMaxPerThread = 8;
+template <int kT>
 __global__ void __launch_bounds__(kT)
     rms_norm_kernel(float* x, const float* h, const float* w, float* out, int dim, float eps,
                     Q8Out q, bool early_w) {
   const int64_t row = blockIdx.x;
   float* xr = x + row * dim;
   float* yr = out + row * dim;
-  float v[kPer], wv[kPer];  // the weights load with x, not after the sum
+  float v[kMaxPerThread], wv[kMaxPerThread];  // the weights load with x, not after the sum
   // The norm's weights are never a kernel's output: with early_w they load before the wait,
   // while the kernel before this one still runs.
   auto load_w = [&] {
 #pragma unroll
-    for (int j = 0; j < kPer; ++j) {
+    for (int j = 0; j < kMaxPerThread; ++j) {
       const int i = threadIdx.x + j * kT;
       wv[j] = i < dim ? w[i] : 0.0f;
     }
@@ -61,19 +62,19 @@ __global__ void __launch_bounds__(kT)
   pdl_enter();
   if (!early_w) load_w();
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
+  for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
     v[j] = 0.0f;
     if (i < dim) v[j] = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
   }
   float ss = 0.0f;
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
+  for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
     if (i < dim && h != nullptr) xr[i] = v[j];
     ss += v[j] * v[j];
   }
-  for (int i = threadIdx.x + kPer * kT; i < dim; i += kT) {  // rows wider than kPer kT
+  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) {  // rows wider than 8 kT
     const float t = h != nullptr ? xr[i] + h[row * dim + i] : xr[i];
     if (h != nullptr) xr[i] = t;
     ss += t * t;
@@ -89,23 +90,17 @@ __global__ void __launch_bounds__(kT)
     if (q.h != nullptr) q.h[half_frag_index(row, i, dim)] = __half_as_ushort(__float2half_rn(y));
   };
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) {
+  for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
     if (i < dim) emit(i, v[j], wv[j]);
   }
-  for (int i = threadIdx.x + kPer * kT; i < dim; i += kT) emit(i, xr[i], w[i]);
+  for (int i = threadIdx.x + kMaxPerThread * kT; i < dim; i += kT) emit(i, xr[i], w[i]);
 }
 
-// SALVO_CUDA_NORM_THREADS=T (128 or 256: up to 16 elements a thread) and SALVO_CUDA_NORM_EARLY=0
-// (the weights after the wait) for A/B runs; read once, so that every pass of a process (a
-// decode and a verification) takes the same sums.
-int norm_threads() {
-  static const int t = [] {
-    const char* env = std::getenv("SALVO_CUDA_NORM_THREADS");
-    return env != nullptr ? std::atoi(env) : 0;
-  }();
-  return t;
-}
+// SALVO_CUDA_NORM_EARLY=0: the weights after the wait, for A/B runs. Session 59 on an H100 (norm
+// own time a launch, with against without): random 7B 4.33 against 4.43 us, random 1.5B 2.58
+// against 2.88. (128 or 256 threads of 16 elements each instead of about 4, measured there too,
+// lost: random 7B tg128 368 against 384 tok/s, 1.5B 827 against 884.)
 bool norm_early_w() {
   static const bool on = [] {
     const char* env = std::getenv("SALVO_CUDA_NORM_EARLY");
@@ -120,19 +115,14 @@ void launch_norm(float* x, const float* h, const float* w, float* out, int64_t n
   if (n_rows == 0) return;
   const unsigned grid = static_cast<unsigned>(n_rows);
   const bool early = norm_early_w();
-  const int threads = norm_threads();
-  if (threads == 128 && dim > 4 * 64 && dim <= 16 * 128) {
-    launch(rms_norm_kernel<128, 16>, grid, 128, 0, stream, x, h, w, out, dim, eps, q, early);
-  } else if (threads == 256 && dim > 4 * 64 && dim <= 16 * 256) {
-    launch(rms_norm_kernel<256, 16>, grid, 256, 0, stream, x, h, w, out, dim, eps, q, early);
-  } else if (dim <= 4 * 64) {
-    launch(rms_norm_kernel<64, 8>, grid, 64, 0, stream, x, h, w, out, dim, eps, q, early);
+  if (dim <= 4 * 64) {
+    launch(rms_norm_kernel<64>, grid, 64, 0, stream, x, h, w, out, dim, eps, q, early);
   } else if (dim <= 4 * 256) {
-    launch(rms_norm_kernel<256, 8>, grid, 256, 0, stream, x, h, w, out, dim, eps, q, early);
+    launch(rms_norm_kernel<256>, grid, 256, 0, stream, x, h, w, out, dim, eps, q, early);
   } else if (dim <= 4 * 512) {
-    launch(rms_norm_kernel<512, 8>, grid, 512, 0, stream, x, h, w, out, dim, eps, q, early);
+    launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, h, w, out, dim, eps, q, early);
   } else {
-    launch(rms_norm_kernel<1024, 8>, grid, 1024, 0, stream, x, h, w, out, dim, eps, q, early);
+    launch(rms_norm_kernel<1024>, grid, 1024, 0, stream, x, h, w, out, dim, eps, q, early);
   }
 }
 
