@@ -5,6 +5,7 @@
 # (salvo cuda_ops_test cuda_model_test cuda_dflash_test dflash_replay_dump).
 #
 #   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama] [--texts FILE]
+#                      [--shapes "r7"]
 #
 # KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
 # generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
@@ -28,7 +29,11 @@
 # DFlash drafter in two pieces (.gpu/d/d0, d1; move drafters/ out of the tree for the calls).
 # --alt BUILD_DIR: another build's binaries (e.g. a branch's) in KIT.alt, for the forms of ab.conf
 # with KIT_BIN=alt, so two builds are compared in one window; KIT.alt (~30 MB) travels in a call
-# of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt]. --llama: llama.cpp's
+# of its own, the second: bash KIT/run.sh piece, carry [KIT/run.sh, KIT.alt]. A BUILD_DIR with
+# `salvo` alone will do for alt forms with KIT_TESTS=0: KIT.alt is then ~9 MB and can travel with
+# the start call (carry [KIT, KIT.alt]). --shapes: the random shapes the sweeps and traces take
+# ("r15 r7" by default; "r7" alone halves the job's timed part). dflash_replay_dump goes in only
+# when a form says KIT_DUMP=1 (~8 MB). --llama: llama.cpp's
 # source (scripts/llamacpp_source.sh, ~3 MB) in the kit; the job's last step builds llama-bench
 # with CUDA (~6 min on 16 cores) and runs tg128 / pp512 on the real model (with --real) and the
 # random 7B, so salvo's figures have llama.cpp's of the same window beside them (llama_*.json).
@@ -40,7 +45,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]}
 shift
-ab="" real=0 drafter=0 alt="" llama=0 texts=""
+ab="" real=0 drafter=0 alt="" llama=0 texts="" shapes=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ab) ab=$2; shift 2 ;;
@@ -48,24 +53,28 @@ while [[ $# -gt 0 ]]; do
     --drafter) drafter=1; shift ;;
     --llama) llama=1; shift ;;
     --texts) texts=$2; shift 2 ;;
+    --shapes) shapes=$2; shift 2 ;;
     --alt) alt=$(cd "$2" && pwd); shift 2 ;;
     *) echo "gpu_kit.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
 done
 models=${SALVO_MODELS:-$root/models}
 build=$root/build/release
-bins="salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test tests/dflash_replay_dump"
-for d in "$build" $alt; do
-  for b in $bins; do
-    [[ -x $d/$b ]] || { echo "gpu_kit.sh: $d/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }
-  done
+bins="salvo tests/cuda_ops_test tests/cuda_model_test tests/cuda_dflash_test"
+[[ -n $ab ]] && grep -q "KIT_DUMP=1" "$ab" && bins="$bins tests/dflash_replay_dump"
+for b in $bins; do
+  [[ -x $build/$b ]] || { echo "gpu_kit.sh: $build/$b missing (build with -DSALVO_CUDA_TESTS=ON)" >&2; exit 1; }
 done
+[[ -z $alt || -x $alt/salvo ]] || { echo "gpu_kit.sh: $alt/salvo missing" >&2; exit 1; }
 rm -rf "$kit" "$kit.alt" && mkdir -p "$kit/bin" "$kit/whl"
 for b in $bins; do gzip -c "$build/$b" >"$kit/bin/$(basename "$b").gz"; done
 if [[ -n $alt ]]; then
   mkdir -p "$kit.alt"
-  for b in $bins; do gzip -c "$alt/$b" >"$kit.alt/$(basename "$b").gz"; done
+  for b in $bins; do
+    if [[ -x $alt/$b ]]; then gzip -c "$alt/$b" >"$kit.alt/$(basename "$b").gz"; fi
+  done
 fi
+[[ -n $shapes ]] && echo "$shapes" >"$kit/shapes"
 fmt=$(ldd "$build/salvo" | awk '/libfmt/ {print $3}')
 [[ -n $fmt ]] && cp "$fmt" "$kit/bin/"
 # KIT_TRACE's CUPTI injection library, and the CUPTI it was linked with (the device's CUDA

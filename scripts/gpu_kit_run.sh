@@ -26,7 +26,7 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   cp -r bench tools tests $W/src/ 2>/dev/null
   cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,run.sh,expect} $W/
   cp "$kit"/{ab_summary.py,ncu_source_summary.py,trace_summary.py} $W/
-  cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl $W/ 2>/dev/null
+  cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl "$kit"/shapes $W/ 2>/dev/null
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
 if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then
@@ -123,7 +123,9 @@ if [ "$1" = job ]; then
     done
   }
   while [ ! -f $W/m/r7.ok ]; do sleep 1; done
-  for rep in 1 2; do sweep $W/m/r15.gguf r15 $rep; sweep $W/m/r7.gguf r7 $rep; done
+  # gpu_kit.sh --shapes: the random shapes swept and traced (both unless the kit says).
+  shapes=$(cat $W/shapes 2>/dev/null || echo "r15 r7")
+  for rep in 1 2; do for m in $shapes; do sweep $W/m/$m.gguf $m $rep; done; done
   echo "random sweeps done $(date +%T)"
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
   # KIT_NCU=1: ncu's throughput, memory, occupancy and warp-state figures of a dozen kHalf
@@ -171,7 +173,7 @@ if [ "$1" = job ]; then
   # passes on both random shapes; trace_summary.py's time per launch in ktrace_FORM_SHAPE.txt.
   for f in $(forms); do
     has_word $f KIT_TRACE=1 || continue
-    for m in r15 r7; do
+    for m in $shapes; do
       env $(form_env $f) CUDA_INJECTION64_PATH=$W/bin/libkernel_trace.so \
         KERNEL_TRACE_OUT=$W/ktrace_${f}_$m.txt timeout 300 $(bin_of $f)/salvo bench \
         --device cuda --model $W/m/$m.gguf -p 0 -n 64 -r 1 --verify --verify-rows 1,16 \
