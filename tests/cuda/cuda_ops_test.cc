@@ -1187,21 +1187,12 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
       unsetenv("SALVO_CUDA_ATTENTION");
       EXPECT_EQ(out_serial.host(), dout.host());
     }
-    // A row a block (the kernel of a decode) against two (tree rows 0 and 1 share their keys,
-    // 2 and 3 are cousins whose last keys differ, 4 is alone): the same bits.
+    // A row a block (the kernel of a decode) and two (tree rows 0 and 1 share their keys, 2 and 3
+    // are cousins whose last keys differ, 4 is alone), in one launch and in launches of 1, 2 and 3
+    // rows (a wide pass at a long context; with 3, rows 3 and 4 of the two sequences share a
+    // block): the same bits.
     for (const char* pairs : {"0", "2"}) {
-      Dev<float> out_pairs(want.size());
-      cuda::AttentionParams paired = params;
-      paired.out = out_pairs.ptr;
-      setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
-      cuda::attention(paired, nullptr);
-      unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
-      EXPECT_EQ(out_pairs.host(), dout.host()) << "pairs from " << pairs << " rows";
-    }
-    // In launches of 1, 2 and 3 rows (a wide pass at a long context): the same bits, with a row
-    // or two a block (with 3, rows 3 and 4 of the two sequences share a block).
-    for (const char* pairs : {"0", "2"}) {
-      for (int per_launch : {1, 2, 3}) {
+      for (int per_launch : {0, 1, 2, 3}) {
         Dev<float> out_split(want.size());
         cuda::AttentionParams split = params;
         split.out = out_split.ptr;
@@ -1210,7 +1201,7 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
         cuda::attention(split, nullptr);
         unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
         EXPECT_EQ(out_split.host(), dout.host())
-            << per_launch << " rows a launch, pairs from " << pairs;
+            << per_launch << " rows a launch (0: all), pairs from " << pairs;
       }
     }
     // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits

@@ -278,7 +278,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
     // (s[j][0..1]) and of row 1's (s[j][2..3]); as the B operand it reads key 8 j + g. The k
     // slots of a step take the head's elements in an order of their own (the dot product does
     // not care when Q and K agree): slots 2t, 2t + 1, 2t + 8, 2t + 9 of step c are elements
-    // 16 c + 4 t + 0..3, one float4 of a row. The first version read float2 pairs in the
+    // 16 c + 4 t + 0..3, four halves (8 bytes) of a row. The first version read float2 pairs in the
     // natural order (twice the load instructions, each across 8 rows) and Q per warp from
     // global memory: a 1.5B decode step cost 0.12 ms more than with the FMA kernel; this one
     // 0.04 ms. Staging K and V through shared memory for ldmatrix was worse still (+0.28 ms).
@@ -362,7 +362,7 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
 
     // O = P V: P's C fragments are the A fragment with the keys as k (row 1's probabilities in
     // the mma's rows 8-15). The B operand reads keys 2t, 2t + 1, 2t + 8, 2t + 9; column g of n
-    // tile 4 q + j is element 32 q + 4 g + j, so a lane reads one float4 of a row per quad of
+    // tile 4 q + j is element 32 q + 4 g + j, so a lane reads four halves of a row per quad of
     // tiles, and the C fragment's columns 2t, 2t + 1 land at elements 32 q + 8 t + j and + 4.
     const uint32_t a[4] = {pa[0][0], kRows == 2 ? pa[kRows - 1][0] : 0u, pa[0][1],
                            kRows == 2 ? pa[kRows - 1][1] : 0u};
