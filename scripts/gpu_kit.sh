@@ -5,7 +5,7 @@
 # (salvo cuda_ops_test cuda_model_test cuda_dflash_test dflash_replay_dump).
 #
 #   scripts/gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR] [--llama] [--texts FILE]
-#                      [--shapes "r7"]
+#                      [--shapes "r7"] [--llama-card H200]
 #
 # KIT (e.g. .gpu/k33a, ignored): gzipped binaries, libfmt, the qwen2 tokenizer (random shapes are
 # generated there), the gguf wheel, the benchmark prompts and run.sh (scripts/gpu_kit_run.sh).
@@ -37,6 +37,9 @@
 # source (scripts/llamacpp_source.sh, ~3 MB) in the kit; the job's last step builds llama-bench
 # with CUDA (~6 min on 16 cores) and runs tg128 / pp512 on the real model (with --real) and the
 # random 7B, so salvo's figures have llama.cpp's of the same window beside them (llama_*.json).
+# --llama-card NAME: llama.cpp's build and runs only where nvidia-smi names a card with NAME in it
+# (e.g. H200: the issue's card; an H100 window then keeps its minutes for salvo's forms).
+# KIT/quick.sh (scripts/gpu_kit_quick.sh): a one-call job for a window with little time left.
 # Then, from the device tool, carrying only what each call needs:
 #   call 1:     bash KIT/run.sh start 3                 carry [KIT]
 #   per piece:  bash KIT/run.sh piece                   carry [KIT/run.sh, .gpu/q/qNN]
@@ -45,13 +48,14 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 kit=${1:?usage: gpu_kit.sh KIT [--ab FILE] [--real] [--drafter] [--alt BUILD_DIR]}
 shift
-ab="" real=0 drafter=0 alt="" llama=0 texts="" shapes=""
+ab="" real=0 drafter=0 alt="" llama=0 llama_card="" texts="" shapes=""
 while [[ $# -gt 0 ]]; do
   case $1 in
     --ab) ab=$2; shift 2 ;;
     --real) real=1; shift ;;
     --drafter) drafter=1; shift ;;
     --llama) llama=1; shift ;;
+    --llama-card) llama=1; llama_card=$2; shift 2 ;;
     --texts) texts=$2; shift 2 ;;
     --shapes) shapes=$2; shift 2 ;;
     --alt) alt=$(cd "$2" && pwd); shift 2 ;;
@@ -92,8 +96,10 @@ cp "$root/../shared/bench/prompts.jsonl" "$kit/prompts.jsonl"
 echo "real=$real drafter=$drafter" >"$kit/expect"
 [[ $llama == 1 ]] && "$root/scripts/llamacpp_source.sh" "$kit/llama.tar.gz" &&
   cp "$root/scripts/gpu_llamacpp.sh" "$kit/gpu_llamacpp.sh"
+[[ -n $llama_card ]] && echo "$llama_card" >"$kit/llama_card"
 [[ -n $texts ]] && cp "$texts" "$kit/texts.jsonl"
 cp "$root/scripts/gpu_kit_run.sh" "$kit/run.sh"
+cp "$root/scripts/gpu_kit_quick.sh" "$kit/quick.sh"
 cp "$root/scripts/ab_summary.py" "$kit/ab_summary.py"
 cp "$root/scripts/ncu_source_summary.py" "$kit/ncu_source_summary.py"
 cp "$root/scripts/trace_summary.py" "$kit/trace_summary.py"

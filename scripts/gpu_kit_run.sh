@@ -27,6 +27,11 @@ if [ "$1" = start ] && [ ! -f $W/started ]; then
   cp "$kit"/{prompts.jsonl,qwen2.gguf,ab.conf,run.sh,expect} $W/
   cp "$kit"/{ab_summary.py,ncu_source_summary.py,trace_summary.py} $W/
   cp "$kit"/llama.tar.gz "$kit"/gpu_llamacpp.sh "$kit"/texts.jsonl "$kit"/shapes $W/ 2>/dev/null
+  # gpu_kit.sh --llama-card NAME: no llama.cpp on other cards.
+  if [ -f "$kit"/llama_card ] &&
+    ! nvidia-smi --query-gpu=name --format=csv,noheader | grep -q "$(cat "$kit"/llama_card)"; then
+    rm -f $W/llama.tar.gz
+  fi
   setsid nohup bash $W/run.sh job >$W/logs/job.log 2>&1 </dev/null &
 fi
 if [ "$(ls $W/p/q?? 2>/dev/null | wc -l)" -eq 20 ] && [ ! -f $W/m/real.ok ]; then

@@ -1190,18 +1190,23 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
     // A row a block (the kernel of a decode) and two (tree rows 0 and 1 share their keys, 2 and 3
     // are cousins whose last keys differ, 4 is alone), in one launch and in launches of 1, 2 and 3
     // rows (a wide pass at a long context; with 3, rows 3 and 4 of the two sequences share a
-    // block): the same bits.
+    // block), with the metadata and the committed rows' prefetch before the PDL wait or not: the
+    // same bits.
     for (const char* pairs : {"0", "2"}) {
       for (int per_launch : {0, 1, 2, 3}) {
-        Dev<float> out_split(want.size());
-        cuda::AttentionParams split = params;
-        split.out = out_split.ptr;
-        split.rows_per_launch = per_launch;
-        setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
-        cuda::attention(split, nullptr);
-        unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
-        EXPECT_EQ(out_split.host(), dout.host())
-            << per_launch << " rows a launch (0: all), pairs from " << pairs;
+        for (const char* early : {"0", "2"}) {
+          Dev<float> out_split(want.size());
+          cuda::AttentionParams split = params;
+          split.out = out_split.ptr;
+          split.rows_per_launch = per_launch;
+          setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
+          setenv("SALVO_CUDA_ATTENTION_EARLY", early, 1);
+          cuda::attention(split, nullptr);
+          unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
+          unsetenv("SALVO_CUDA_ATTENTION_EARLY");
+          EXPECT_EQ(out_split.host(), dout.host()) << per_launch << " rows a launch (0: all), "
+                                                   << "pairs from " << pairs << ", early " << early;
+        }
       }
     }
     // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits

@@ -534,12 +534,38 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int lr
   }
 }
 
+// The committed K and V rows that the warp's lanes 0-15 will read in split blockIdx.z, asked
+// into L2 (no registers held): before the PDL wait their latency overlaps the Q/K/V launch. Safe
+// there: committed rows were written by earlier steps or by commit_kv, kernels that have finished
+// once the kernel before this one has passed its own wait (every kernel waits, then lets the
+// next one in). An A/B form (AttentionParams::early), not yet measured.
+template <int kRows>
+__device__ __forceinline__ void prefetch_committed(const AttentionParams& p,
+                                                   const RowMeta (&rm)[kRows], int n_here) {
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int number = blockIdx.z * kKeysPerSplit + warp * kKeysPerWarp + lane;
+  const int kv_head = blockIdx.x * p.group / (p.n_head / p.n_head_kv);
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    if (r >= n_here || lane >= kKeysPerWarp || number >= rm[r].n_committed) continue;
+    const int64_t row = static_cast<int64_t>(rm[r].seq) * p.kv.capacity + rm[r].first + number;
+    const char* k =
+        reinterpret_cast<const char*>(p.kv.k + row * p.kv.k_width + kv_head * p.head_dim);
+    const char* v =
+        reinterpret_cast<const char*>(p.kv.v + row * p.kv.v_width + kv_head * p.head_dim_v);
+    for (int b = 0; b < 2 * p.head_dim; b += 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(k + b));
+    for (int b = 0; b < 2 * p.head_dim_v; b += 128)
+      asm volatile("prefetch.global.L2 [%0];" ::"l"(v + b));
+  }
+}
+
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
 // taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
 // kRows: batch rows a block (launch rows kRows blockIdx.y + r).
 template <bool kSkip, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionParams p) {
-  pdl_enter();
+  if (p.early == 0) pdl_enter();
   extern __shared__ int32_t slots[];
   const int row0 = kRows * blockIdx.y;
   const int n_here = min(kRows, p.launch_rows - row0);
@@ -551,6 +577,10 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   // The scanning warps' first batch entries load with the rows' (the scans need them next).
   const BatchEntry mine =
       threadIdx.x < 32 * kRows ? batch_entry(p, threadIdx.x % 32) : BatchEntry{-1, 0, 0, 0};
+  if (p.early != 0) {
+    if (p.early == 2) prefetch_committed<kRows>(p, rm, n_here);
+    pdl_enter();
+  }
   int n_used = gridDim.z;
   if (kSkip) {
     n_used = 0;
@@ -712,6 +742,8 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   }
   const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
   const bool serial = serial_attention();
+  const char* early_env = std::getenv("SALVO_CUDA_ATTENTION_EARLY");
+  const int early = early_env != nullptr ? std::atoi(early_env) : 0;
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
   // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
@@ -719,6 +751,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     part.row_base = first;
     part.launch_rows = std::min(per_launch, p.batch.n_rows - first);
     part.group = group;
+    part.early = early;
     const dim3 grid(p.n_head / group, (part.launch_rows + rows_a_block - 1) / rows_a_block,
                     n_splits);
     if (rows_a_block == 2) {

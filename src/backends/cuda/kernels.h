@@ -326,6 +326,10 @@ struct AttentionParams {
   int row_base = 0;     // the launch's first batch row: attention() sets it
   int launch_rows = 0;  // the launch's rows: attention() sets it
   int group = 0;        // query heads a block (of one K/V head): attention() sets it
+  // What loads before the PDL wait (attention() sets it from SALVO_CUDA_ATTENTION_EARLY): 0
+  // nothing, 1 the rows' metadata (host-written), 2 that and an L2 prefetch of the committed K/V
+  // rows the block will read (written by earlier steps, never by the kernel before this one).
+  int early = 0;
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).

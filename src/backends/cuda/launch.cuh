@@ -8,7 +8,9 @@
 //   - pdl_wait() before any load of data another kernel writes and before any store (a store
 //     could otherwise land while the previous kernel still reads the buffer);
 //   - pdl_launch_dependents() after that wait: the next kernel is let in once this one runs, not
-//     before (one kernel of lookahead, so waiting blocks never pile up).
+//     before (one kernel of lookahead, so waiting blocks never pile up). So a kernel starts
+//     only once every kernel before the previous one has finished: only the previous kernel's
+//     outputs need the wait (attention's early form reads older data before it).
 // Both are no-ops for a kernel launched without the attribute (SALVO_CUDA_PDL=0, older GPUs), and
 // the arithmetic is the same either way. Graph captures keep the programmatic edges.
 // Measured on the H200 (session 10, tg128, two alternations): real Qwen2.5-Coder-1.5B 428 -> 447
@@ -18,7 +20,8 @@
 // shared memory or registers before pdl_wait() (weights are never a kernel's output): session 21,
 // real Qwen2.5-Coder-1.5B tg128 810 -> 859 tok/s, random 7B shape 408 -> 428. Loading committed
 // K rows and the batch metadata before the wait in attention lost (more registers: 8-row passes
-// +9%, pp512 -10%).
+// +9%, pp512 -10%); session 60's form of it holds no registers (the metadata, then an L2
+// prefetch of the committed rows: SALVO_CUDA_ATTENTION_EARLY=1|2, not yet measured).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -720,10 +720,28 @@ bool half_early() {
 // (random 7B, one row): slower as a whole (1-row pass 2.84 / 2.86 ms against 2.74), but per
 // launch (bench/kernel_trace.cc, kBulk3) the Q6_K down 33.1 -> 22.7 us, the LM head 178 -> 153,
 // Q/K/V 7.9 -> 5.8, against the Q4_K down 18.2 -> 21.6, the output 3.6 -> 4.7 and the RMSNorm
-// after each launch 4.2 -> 6.5: a per-launch choice is the next step.
-int half_bulk() {
+// after each launch 4.2 -> 6.5. So the form is chosen per launch: SALVO_HALF_BULK_ON is a mask of
+// the launches that take it (bulk_class), all of them when unset.
+enum BulkClass { kBulkQ6K = 1, kBulkMixed = 2, kBulkQkv = 4, kBulkQ4K = 8 };
+template <class F>
+int bulk_class(const HalfGroup& grp) {
+  if constexpr (std::is_same_v<F, FmtQ6K>) {
+    return kBulkQ6K;
+  } else if constexpr (std::is_same_v<F, FmtMixed>) {
+    return kBulkMixed;
+  } else {
+    for (int i = 0; i < grp.n; ++i) {
+      if (grp.m[i].role != HalfRole::kPlain) return kBulkQkv;  // Q/K/V and its RoPE epilogue
+    }
+    return kBulkQ4K;
+  }
+}
+template <class F>
+int half_bulk(const HalfGroup& grp) {
   static const int d = env_int("SALVO_HALF_BULK", 0);
-  return d == 3 || d == 4 ? d : 0;
+  static const int on = env_int("SALVO_HALF_BULK_ON", 15);
+  if (d != 3 && d != 4) return 0;
+  return (on & bulk_class<F>(grp)) != 0 ? d : 0;
 }
 // The dynamic shared memory of a bulk launch: kMaxWarps * 4 barriers, then D slots a warp (a
 // mixed launch's slots take Q6_K's chunk).
@@ -808,7 +826,7 @@ void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   if constexpr (NT == 2) {
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
-    if (const int depth = half_bulk(); depth != 0) {
+    if (const int depth = half_bulk<F>(grp); depth != 0) {
       allow_bulk_smem();
       const size_t bytes = bulk_smem_bytes<F>(depth, warps);
       if (depth == 4) return launch(half_kernel_b<F, kBulk4>, grid, 32 * warps, bytes, stream, grp);
