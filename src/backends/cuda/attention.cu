@@ -606,6 +606,13 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
 // SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),
 // for A/B runs and as the tests' check that those shortcuts keep the bits. Read at every launch (a
 // graph captures it once) so that a test can run both.
+// An integer knob read at every launch (a graph captures it once), so that a test can run both
+// settings in one process; `fallback` when unset.
+int env_now(const char* name, int fallback) {
+  const char* env = std::getenv(name);
+  return env != nullptr ? std::atoi(env) : fallback;
+}
+
 bool serial_attention() {
   const char* env = std::getenv("SALVO_CUDA_ATTENTION");
   return env != nullptr && std::string(env) == "serial";
@@ -679,11 +686,8 @@ namespace {
 int head_group(int n_head, int n_head_kv, int n_rows) {
   const int per_kv = n_head / n_head_kv;
   int group = std::min(per_kv, kMaxGroup);
-  if (const char* env = std::getenv("SALVO_CUDA_ATTENTION_GROUP")) {
-    group = std::clamp(std::atoi(env), 1, group);
-  }
-  int min_blocks = kMinBlocksPerSplit;
-  if (const char* env = std::getenv("SALVO_CUDA_ATTENTION_BLOCKS")) min_blocks = std::atoi(env);
+  group = std::clamp(env_now("SALVO_CUDA_ATTENTION_GROUP", group), 1, group);
+  const int min_blocks = env_now("SALVO_CUDA_ATTENTION_BLOCKS", kMinBlocksPerSplit);
   for (; group > 1; --group) {
     if (per_kv % group != 0) continue;
     int next = group - 1;
@@ -721,12 +725,9 @@ void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const Attenti
 // against 5.43 ms, its 64-row pass 10.07 against 10.19, and a 512-row prefill chunk 198 against
 // 252 us a layer (pp512 7191 against 7049 tok/s; the 1.5B 18210 against 17734). Halving the
 // blocks lengthens the chain a block waits on (the two rows' split merges in turn) more than the
-// shared loads save, until the launch has waves of blocks to spare. (Branch s59-pair-merge
+// shared loads save, until the launch has waves of blocks to spare. (Branch s60-pair-merge
 // merges both rows in one pass: compiled, not yet run.)
-int pair_rows() {
-  const char* env = std::getenv("SALVO_CUDA_ATTENTION_PAIRS");
-  return env != nullptr ? std::atoi(env) : 64;
-}
+int pair_rows() { return env_now("SALVO_CUDA_ATTENTION_PAIRS", 64); }
 }  // namespace
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
@@ -742,8 +743,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   }
   const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
   const bool serial = serial_attention();
-  const char* early_env = std::getenv("SALVO_CUDA_ATTENTION_EARLY");
-  const int early = early_env != nullptr ? std::atoi(early_env) : 0;
+  const int early = env_now("SALVO_CUDA_ATTENTION_EARLY", 0);
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
   // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
