@@ -603,9 +603,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   }
 }
 
-// SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),
-// for A/B runs and as the tests' check that those shortcuts keep the bits. Read at every launch (a
-// graph captures it once) so that a test can run both.
 // An integer knob read at every launch (a graph captures it once), so that a test can run both
 // settings in one process; `fallback` when unset.
 int env_now(const char* name, int fallback) {
@@ -613,6 +610,9 @@ int env_now(const char* name, int fallback) {
   return env != nullptr ? std::atoi(env) : fallback;
 }
 
+// SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),
+// for A/B runs and as the tests' check that those shortcuts keep the bits. Read at every launch (a
+// graph captures it once) so that a test can run both.
 bool serial_attention() {
   const char* env = std::getenv("SALVO_CUDA_ATTENTION");
   return env != nullptr && std::string(env) == "serial";
