@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # A kit's short job, for a window with little device time left (a start costs 1-2 minutes of
 # it): one call that runs cuda_ops_test, then the random 7B's tg128 and 1- / 16-row passes for
-# each form of the kit's ab.conf (its KIT_* words ignored, this build's binaries), alternated
-# twice, and prints one line a form and run. About 3 minutes on an H100:
-#   bash KIT/quick.sh      carry [KIT]   (timeout_s a little under the budget left)
+# each form of the kit's ab.conf (its KIT_* words ignored but KIT_BIN=alt, which takes KIT.alt's
+# salvo), alternated twice, and prints one line a form and run. About 3 minutes on an H100:
+#   bash KIT/quick.sh      carry [KIT] or [KIT, KIT.alt]   (timeout_s a little under the budget)
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/quick
@@ -12,6 +12,9 @@ for f in "$kit"/bin/salvo.gz "$kit"/bin/cuda_ops_test.gz; do
   gunzip -c "$f" >$W/bin/$(basename "$f" .gz)
 done
 cp "$kit"/bin/*.so* $W/bin/ && chmod +x $W/bin/*
+if [ -f "$kit.alt/salvo.gz" ]; then
+  mkdir -p $W/alt && gunzip -c "$kit.alt/salvo.gz" >$W/alt/salvo && chmod +x $W/alt/salvo
+fi
 pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
 export LD_LIBRARY_PATH=$W/bin PYTHONPATH=/root/site
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
@@ -25,7 +28,10 @@ for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
     vars=$(echo "$words" | tr ' ' '\n' | grep -v '^KIT_' | tr '\n' ' ')
-    out=$(env $vars timeout 60 $W/bin/salvo bench --device cuda --model $W/r7.gguf -p 0 -n 128 \
+    bin=$W/bin
+    if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
+    [ -x $bin/salvo ] || { echo "$name: no $bin/salvo (carry KIT.alt)"; continue; }
+    out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r7.gguf -p 0 -n 128 \
       -r 3 --verify --verify-rows 1,16 --verify-context 512 2>&1)
     echo "$name $rep: $(echo "$out" | grep -oE 'tg128 \| +[0-9.]+' | head -1) /" \
       "$(echo "$out" | awk -F'|' '$2 ~ /^ (1|16) $/ {printf "%s rows %s ms; ", $2, $3}')"
