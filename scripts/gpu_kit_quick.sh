@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # A kit's short job, for a window with little device time left (a start costs 1-2 minutes of
-# it): one call that runs cuda_ops_test, then the random 7B's tg128 and 1- / 16-row passes for
-# each form of the kit's ab.conf (its KIT_* words ignored but KIT_BIN=alt, which takes KIT.alt's
-# salvo), alternated twice, and prints one line a form and run. About 3 minutes on an H100:
+# it): one call that runs cuda_ops_test, then the random 7B's pp512, tg128 and 1- / 16- / 64-row
+# passes for each form of the kit's ab.conf (its KIT_* words ignored but KIT_BIN=alt, which takes
+# KIT.alt's salvo), alternated twice; one line a form and run. About 3 minutes on an H100:
 #   bash KIT/quick.sh      carry [KIT] or [KIT, KIT.alt]   (timeout_s a little under the budget)
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
@@ -31,9 +31,9 @@ for rep in 1 2; do
     bin=$W/bin
     if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
     [ -x $bin/salvo ] || { echo "$name: no $bin/salvo (carry KIT.alt)"; continue; }
-    out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r7.gguf -p 0 -n 128 \
-      -r 3 --verify --verify-rows 1,16 --verify-context 512 2>&1)
-    echo "$name $rep: $(echo "$out" | grep -oE 'tg128 \| +[0-9.]+' | head -1) /" \
-      "$(echo "$out" | awk -F'|' '$2 ~ /^ (1|16) $/ {printf "%s rows %s ms; ", $2, $3}')"
+    out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r7.gguf -p 512 -n 128 \
+      -r 3 --verify --verify-rows 1,16,64 --verify-context 512 2>&1)
+    echo "$name $rep: $(echo "$out" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
+      "$(echo "$out" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
   done <"$kit"/ab.conf
 done
