@@ -454,83 +454,96 @@ __device__ __forceinline__ int used_splits(const RowMeta& rm) {
   return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
 }
 
-// Merges launch row lrow's splits (of the block's group) in order into out (and its int8 and
-// fp16 forms), per head. Splits at or beyond the row's last possible key hold no partial (or an
-// empty one, l = 0), so the merge stops before them (a 4096-slot cache has 32 splits; a short
-// context uses one). The partials come from other blocks of this launch: read past L1
-// (__ldcg), which is not coherent between SMs.
+// Merges the splits of the block's rows (launch rows row0 + r, r < n_here; of the block's group)
+// in order into out (and its int8 and fp16 forms), per head. Splits at or beyond a row's last
+// possible key hold no partial (or an empty one, l = 0), so its merge stops before them (a
+// 4096-slot cache has 32 splits; a short context uses one). The partials come from other blocks
+// of this launch: read past L1 (__ldcg), which is not coherent between SMs.
 //
-// Two rounds of loads: every split's (max, sum) at once, then every split's output element; a
-// head's split weights exp(m_s - m_all) are computed once, in split order, by one thread (the
-// same operations in the same order as an element's own loop would do them). A merge that read
-// them per element waited on several dependent rounds of L2 loads a split.
+// Two rounds of loads for all the rows: every split's (max, sum) at once, then every split's
+// output element; a head's split weights exp(m_s - m_all) are computed once, in split order, by
+// one thread (the same operations in the same order as an element's own loop would do them). A
+// merge that read them per element waited on several dependent rounds of L2 loads a split.
 constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
-__device__ void merge_splits(const AttentionParams& p, const RowMeta& rm, int lrow, int n_splits,
-                             float* scratch) {
-  const int group = p.group, head0 = blockIdx.x * group, row = p.row_base + lrow;
-  const int n_used = used_splits(rm);
+template <int kRows>
+__device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
+                             int row0, int n_splits, float* scratch) {
+  const int group = p.group, head0 = blockIdx.x * group;
   const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
-  // Head head0 + h's split s at partial + (h n_splits + s) partial_width.
-  const float* partial =
-      p.partial + (static_cast<int64_t>(lrow) * p.n_head + head0) * n_splits * partial_width;
-  auto at = [&](int h, int s) {
-    return partial + (static_cast<int64_t>(h) * n_splits + s) * partial_width;
+  int n_used[kRows], max_used = 0;
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    n_used[r] = r < n_here ? used_splits(rm[r]) : 0;
+    max_used = max(max_used, n_used[r]);
+  }
+  auto used = [&](int r) { return kRows == 1 || r == 0 ? n_used[0] : n_used[kRows - 1]; };
+  // Row r's head head0 + h, split s: partial + ((row0 + r) n_head + head0 + h) n_splits + s.
+  auto at = [&](int r, int h, int s) {
+    return p.partial +
+           ((static_cast<int64_t>(row0 + r) * p.n_head + head0 + h) * n_splits + s) * partial_width;
   };
-  if (n_used <= kMergeMaxSplits) {
-    float* split_m = scratch;  // [group][n_used] each
-    float* split_l = split_m + group * n_used;
-    float* split_w = split_l + group * n_used;
-    __shared__ float l_shared[kMaxGroup];
-    for (int i = threadIdx.x; i < group * n_used; i += blockDim.x) {
-      const float* ps = at(i / n_used, i % n_used);
+  if (max_used <= kMergeMaxSplits) {
+    const int per_row = group * max_used;  // [row][head][split] each
+    float* split_m = scratch;
+    float* split_l = split_m + kRows * per_row;
+    float* split_w = split_l + kRows * per_row;
+    __shared__ float l_shared[kRows * kMaxGroup];
+    for (int i = threadIdx.x; i < n_here * per_row; i += blockDim.x) {
+      const int r = kRows == 1 ? 0 : i / per_row, h = i / max_used % group, s = i % max_used;
+      if (s >= used(r)) continue;
+      const float* ps = at(r, h, s);
       split_m[i] = __ldcg(ps);
       split_l[i] = __ldcg(ps + 1);
     }
     __syncthreads();
-    if (threadIdx.x < group) {
-      const int h0 = threadIdx.x * n_used;
+    if (threadIdx.x < n_here * group) {
+      const int r = kRows == 1 ? 0 : threadIdx.x / group, n = used(r);
+      const int h0 = threadIdx.x * max_used;  // (r group + h) max_used
       float m_all = -FLT_MAX;
-      for (int s = 0; s < n_used; ++s) {
+      for (int s = 0; s < n; ++s) {
         if (split_l[h0 + s] > 0.0f) m_all = fmaxf(m_all, split_m[h0 + s]);
       }
       float l_all = 0.0f;
-      for (int s = 0; s < n_used; ++s) {
+      for (int s = 0; s < n; ++s) {
         split_w[h0 + s] = __expf(split_m[h0 + s] - m_all);
         if (split_l[h0 + s] > 0.0f) l_all = __fmaf_rn(split_l[h0 + s], split_w[h0 + s], l_all);
       }
-      l_shared[threadIdx.x] = l_all;
+      l_shared[r * kMaxGroup + threadIdx.x % group] = l_all;
     }
     __syncthreads();
     // With head_dim_v % 32 == 0 a warp's elements of one loop turn are one quantization block.
-    for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
-      const int h = e / dim_v, d = e % dim_v;
+    for (int e = threadIdx.x; e < n_here * group * dim_v; e += blockDim.x) {
+      const int r = kRows == 1 ? 0 : e / (group * dim_v), h = e / dim_v % group, d = e % dim_v;
+      const int n = used(r), h0 = (r * group + h) * max_used;
       float o = 0.0f;
 #pragma unroll 4
-      for (int s = 0; s < n_used; ++s) {
-        const float v = __ldcg(at(h, s) + 2 + d);
-        if (split_l[h * n_used + s] > 0.0f) o = __fmaf_rn(v, split_w[h * n_used + s], o);
+      for (int s = 0; s < n; ++s) {
+        const float v = __ldcg(at(r, h, s) + 2 + d);
+        if (split_l[h0 + s] > 0.0f) o = __fmaf_rn(v, split_w[h0 + s], o);
       }
-      write_output(p, head0 + h, row, d, __fdiv_rn(o, l_shared[h]));
+      write_output(p, head0 + h, p.row_base + row0 + r, d,
+                   __fdiv_rn(o, l_shared[r * kMaxGroup + h]));
     }
     return;
   }
-  for (int e = threadIdx.x; e < group * dim_v; e += blockDim.x) {
-    const int h = e / dim_v, d = e % dim_v;
+  for (int e = threadIdx.x; e < n_here * group * dim_v; e += blockDim.x) {
+    const int r = kRows == 1 ? 0 : e / (group * dim_v), h = e / dim_v % group, d = e % dim_v;
+    const int n = used(r);
     float m_all = -FLT_MAX;
-    for (int s = 0; s < n_used; ++s) {
-      if (__ldcg(at(h, s) + 1) > 0.0f) m_all = fmaxf(m_all, __ldcg(at(h, s)));
+    for (int s = 0; s < n; ++s) {
+      if (__ldcg(at(r, h, s) + 1) > 0.0f) m_all = fmaxf(m_all, __ldcg(at(r, h, s)));
     }
     float l_all = 0.0f;
-    for (int s = 0; s < n_used; ++s) {
-      const float l = __ldcg(at(h, s) + 1);
-      if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(at(h, s)) - m_all), l_all);
+    for (int s = 0; s < n; ++s) {
+      const float l = __ldcg(at(r, h, s) + 1);
+      if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(at(r, h, s)) - m_all), l_all);
     }
     float o = 0.0f;
-    for (int s = 0; s < n_used; ++s) {
-      const float* ps = at(h, s);
+    for (int s = 0; s < n; ++s) {
+      const float* ps = at(r, h, s);
       if (__ldcg(ps + 1) > 0.0f) o = __fmaf_rn(__ldcg(ps + 2 + d), __expf(__ldcg(ps) - m_all), o);
     }
-    write_output(p, head0 + h, row, d, __fdiv_rn(o, l_all));
+    write_output(p, head0 + h, p.row_base + row0 + r, d, __fdiv_rn(o, l_all));
   }
 }
 
@@ -594,12 +607,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   if (kSkip && n_used == 1) return split_partial<kRows>(p, rm, n_here, mine, true, slots);
   split_partial<kRows>(p, rm, n_here, mine, false, slots);
   if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x * p.group, n_used)) {
-#pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= n_here) break;
-      if (r > 0) __syncthreads();  // the last row's merge is done with the scratch
-      merge_splits(p, rm[r], row0 + r, gridDim.z, block_scratch<kRows>(p, slots));
-    }
+    merge_splits<kRows>(p, rm, n_here, row0, gridDim.z, block_scratch<kRows>(p, slots));
   }
 }
 
@@ -701,7 +709,7 @@ int head_group(int n_head, int n_head_kv, int n_rows) {
 size_t attention_smem(int n_rows, int rows_a_block, int group, int head_dim_v, int n_splits) {
   const size_t floats =
       std::max<size_t>(static_cast<size_t>(kWarps) * rows_a_block * group * head_dim_v,
-                       3ull * group * std::min(n_splits, kMergeMaxSplits));
+                       3ull * rows_a_block * group * std::min(n_splits, kMergeMaxSplits));
   return (static_cast<size_t>(rows_a_block) * ((n_rows + 3) & ~3) + floats) * sizeof(float);
 }
 constexpr size_t kMaxSmem = 160 << 10;
@@ -724,9 +732,9 @@ void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const Attenti
 // 26.3 us of attention a layer against 21.5 (3.72 against 3.59 ms a pass), its 32-row pass 5.51
 // against 5.43 ms, its 64-row pass 10.07 against 10.19, and a 512-row prefill chunk 198 against
 // 252 us a layer (pp512 7191 against 7049 tok/s; the 1.5B 18210 against 17734). Halving the
-// blocks lengthens the chain a block waits on (the two rows' split merges in turn) more than the
-// shared loads save, until the launch has waves of blocks to spare. (Branch s60-pair-merge
-// merges both rows in one pass: compiled, not yet run.)
+// blocks lengthens the chain a block waits on (two rows' merges in turn, two passes where the
+// rows' last keys differ) more than the shared loads save, until the launch has waves of blocks
+// to spare. This branch merges both rows' splits in one pass (compiled, not yet run).
 int pair_rows() { return env_now("SALVO_CUDA_ATTENTION_PAIRS", 64); }
 }  // namespace
 
