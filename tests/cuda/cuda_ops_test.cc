@@ -742,10 +742,18 @@ TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
     for (int n_rot : {head_dim, 48}) {
       for (RopeMode mode : {RopeMode::kRopeNorm, RopeMode::kRopeNeox}) {
         for (DType vtype : {DType::kQ6_K, DType::kQ4_K}) {
-          for (int rows : {1, 8, 9, 70}) {
+          for (const auto& [rows, rotate] : {std::pair{1, true},
+                                             {8, true},
+                                             {9, true},
+                                             {16, true},
+                                             {70, true},
+                                             {1, false},
+                                             {9, false},
+                                             {70, false}}) {
             SCOPED_TRACE("head " + std::to_string(head_dim) + " rot " + std::to_string(n_rot) +
                          (mode == RopeMode::kRopeNeox ? " neox " : " norm ") +
-                         std::string(traits(vtype).name) + " " + std::to_string(rows));
+                         std::string(traits(vtype).name) + " " + std::to_string(rows) +
+                         (rotate ? " rotated" : " deferred"));
             const bool neox = mode == RopeMode::kRopeNeox;
             const int qw = n_head * head_dim, kw = n_head_kv * head_dim;
             const DType types[3] = {DType::kQ4_K, DType::kQ4_K, vtype};
@@ -775,7 +783,7 @@ TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
                                         .n_rot = n_rot,
                                         .theta_scale = cuda::rope_theta_scale(1e4f, n_rot),
                                         .neox = neox,
-                                        .rotate = cuda::rope_in_epilogue(rows)};
+                                        .rotate = rotate};
             for (int i = 0; i < 3; ++i) {
               const auto w = random_weights(types[i], outs[i], n_in, 81 + i);
               const auto bias = random_floats(outs[i], 84 + i, 0.5f);

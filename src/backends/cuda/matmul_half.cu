@@ -462,6 +462,9 @@ __device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
 // for columns 8 nt + 2 t + {0, 1}. Q and K tiles hold rotation pairs (rope_row_order), so the
 // lane rotates its own pairs; Q goes to y in the heads' own order, K and V to the cache slots
 // (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
+// A lane's pairs are one pair index at 2 NT positions: their angle chains (rope_theta's
+// multiplications, one after another) run side by side, so a wide tile waits for one chain, not
+// 2 NT in turn (session 30's first form, which rotated every row count, lost at 64 rows).
 template <int NT>
 __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const HalfPart& m, int tile,
                                                 int lane, const float (&acc)[NT][4]) {
@@ -469,6 +472,29 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   const int g = lane / 4, t = lane % 4;
   const int64_t row_width = m.role == HalfRole::kRopeK ? re.kv.k_width : re.kv.v_width;
   uint16_t* cache = m.role == HalfRole::kRopeK ? re.kv.k : re.kv.v;
+  const int o0 = tile * 16 + g, o1 = o0 + 8;
+  const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
+  int a, b;
+  rope_pair_dims(p, re.n_rot, re.neox, a, b);
+  const bool turns = m.role != HalfRole::kStoreV && p < re.n_rot / 2 && re.rotate;
+  float theta[NT][2];
+#pragma unroll
+  for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int col = 8 * nt + 2 * t + i;
+      theta[nt][i] = col < grp.n_rows ? static_cast<float>(re.batch.pos[grp.row0 + col]) : 0.0f;
+    }
+  }
+  if (turns) {
+    for (int k = 0; k < p; ++k) {
+#pragma unroll
+      for (int nt = 0; nt < NT; ++nt) {
+        theta[nt][0] *= re.theta_scale;
+        theta[nt][1] *= re.theta_scale;
+      }
+    }
+  }
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -476,7 +502,6 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
       const int col = 8 * nt + 2 * t + i;
       if (col >= grp.n_rows) continue;
       const int64_t r = grp.row0 + col;
-      const int o0 = tile * 16 + g, o1 = o0 + 8;
       // Q (and K, V unrotated) to y as floats, K and V to the cache as fp16.
       const bool to_cache = m.role != HalfRole::kRopeQ && re.rotate;
       float* y = m.y + static_cast<int64_t>(col) * m.n_out;
@@ -498,13 +523,8 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
         put(o1, x1);
         continue;
       }
-      const int head = o0 / re.head_dim, p = 8 * ((o0 % re.head_dim) / 16) + g;
-      int a, b;
-      rope_pair_dims(p, re.n_rot, re.neox, a, b);
       float y0 = x0, y1 = x1;
-      if (p < re.n_rot / 2 && re.rotate) {
-        rope_rotate(x0, x1, p, static_cast<float>(re.batch.pos[r]), re.theta_scale, y0, y1);
-      }
+      if (turns) rope_turn(x0, x1, theta[nt][i], y0, y1);
       put(head * re.head_dim + a, y0);
       put(head * re.head_dim + b, y1);
     }

@@ -395,6 +395,14 @@ void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
   launch(rope_store_kv_kernel, grid, kRopeStoreThreads, 0, stream, p, theta_scale);
 }
 
+bool rope_in_epilogue(int64_t n_rows) {
+  static const int max_rows = [] {
+    const char* env = std::getenv("SALVO_CUDA_ROPE_ROWS");
+    return env != nullptr ? std::atoi(env) : 8;
+  }();
+  return n_rows <= max_rows;
+}
+
 void silu_mul(float* gate, const float* up, int64_t n, cudaStream_t stream) {
   if (n > 0) launch(silu_mul_kernel, blocks_for(n), kThreads, 0, stream, gate, up, n);
 }
