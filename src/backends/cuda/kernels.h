@@ -140,8 +140,9 @@ inline float rope_theta_scale(float base, int n_rot) {
 }
 // Whether a launch of n rows rotates and stores in its epilogue (RopeEpilogue::rotate). Session
 // 30 on the H200, random 1.5B, plain / fused launches: 1 row 1.277 / 1.260 ms, 8 rows 1.408 /
-// 1.402, 16 rows 1.741 / 1.750, 64 rows 4.58 / 4.91 (a lane's angle chains in turn then; now
-// side by side). Up to SALVO_CUDA_ROPE_ROWS rows (default 8; an A/B knob, read once).
+// 1.402, 16 rows 1.741 / 1.750, 64 rows 4.58 / 4.91, when a lane's angle chains ran in turn. With
+// them side by side, session 61 on an H100 (random 7B, 16-row pass at a 512-token context, up to
+// 8 / up to 16 rows): 3.532 / 3.495 ms. Up to SALVO_CUDA_ROPE_ROWS rows (default 16; read once).
 bool rope_in_epilogue(int64_t n_rows);
 // For the rows of a Q or K matrix (n_heads heads of head_dim rows) in the order the kHalf
 // epilogue of kRopeQ / kRopeK wants: each 16-row tile of a head holds the first elements of 8

@@ -398,7 +398,7 @@ void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
 bool rope_in_epilogue(int64_t n_rows) {
   static const int max_rows = [] {
     const char* env = std::getenv("SALVO_CUDA_ROPE_ROWS");
-    return env != nullptr ? std::atoi(env) : 8;
+    return env != nullptr ? std::atoi(env) : 16;
   }();
   return n_rows <= max_rows;
 }
