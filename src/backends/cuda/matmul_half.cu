@@ -462,7 +462,7 @@ __device__ __forceinline__ float finish(const HalfPart& m, float sum, int o) {
 // for columns 8 nt + 2 t + {0, 1}. Q and K tiles hold rotation pairs (rope_row_order), so the
 // lane rotates its own pairs; Q goes to y in the heads' own order, K and V to the cache slots
 // (without rotate: Q and K to y unrotated, in the heads' order; V takes the plain epilogue).
-// A lane's pairs are one pair index at 2 NT positions: their angle chains (rope_theta's
+// A lane's pairs are one pair index at 2 NT positions: their angle chains (rope_thetas'
 // multiplications, one after another) run side by side, so a wide tile waits for one chain, not
 // 2 NT in turn (session 30's first form, which rotated every row count, lost at 64 rows).
 template <int NT>
@@ -477,24 +477,13 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
   int a, b;
   rope_pair_dims(p, re.n_rot, re.neox, a, b);
   const bool turns = m.role != HalfRole::kStoreV && p < re.n_rot / 2 && re.rotate;
-  float theta[NT][2];
+  float theta[2 * NT];  // column 8 nt + 2 t + i at 2 nt + i
 #pragma unroll
-  for (int nt = 0; nt < NT; ++nt) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int col = 8 * nt + 2 * t + i;
-      theta[nt][i] = col < grp.n_rows ? static_cast<float>(re.batch.pos[grp.row0 + col]) : 0.0f;
-    }
+  for (int j = 0; j < 2 * NT; ++j) {
+    const int col = 8 * (j / 2) + 2 * t + j % 2;
+    theta[j] = col < grp.n_rows ? static_cast<float>(re.batch.pos[grp.row0 + col]) : 0.0f;
   }
-  if (turns) {
-    for (int k = 0; k < p; ++k) {
-#pragma unroll
-      for (int nt = 0; nt < NT; ++nt) {
-        theta[nt][0] *= re.theta_scale;
-        theta[nt][1] *= re.theta_scale;
-      }
-    }
-  }
+  if (turns) rope_thetas(theta, p, re.theta_scale);
 #pragma unroll
   for (int nt = 0; nt < NT; ++nt) {
 #pragma unroll
@@ -524,7 +513,7 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
         continue;
       }
       float y0 = x0, y1 = x1;
-      if (turns) rope_turn(x0, x1, theta[nt][i], y0, y1);
+      if (turns) rope_turn(x0, x1, theta[2 * nt + i], y0, y1);
       put(head * re.head_dim + a, y0);
       put(head * re.head_dim + b, y1);
     }

@@ -4,11 +4,14 @@
 
 namespace salvo::cuda {
 
-// theta_i = pos * theta_scale^i by repeated multiplication, as the CPU (and ggml) does.
-__device__ __forceinline__ float rope_theta(float pos, int i, float theta_scale) {
-  float theta = pos;
-  for (int k = 0; k < i; ++k) theta *= theta_scale;
-  return theta;
+// theta[j] = pos_j * theta_scale^i (theta[j] holds pos_j on entry) by repeated multiplication,
+// as the CPU (and ggml) does; the N chains run side by side, so N positions wait for one chain.
+template <int N>
+__device__ __forceinline__ void rope_thetas(float (&theta)[N], int i, float theta_scale) {
+  for (int k = 0; k < i; ++k) {
+#pragma unroll
+    for (int j = 0; j < N; ++j) theta[j] *= theta_scale;
+  }
 }
 
 // (y0, y1) = (x0, x1) rotated by theta.
@@ -22,7 +25,9 @@ __device__ __forceinline__ void rope_turn(float x0, float x1, float theta, float
 // (y0, y1) = pair i of a head at position pos, rotated by pos * theta_scale^i.
 __device__ __forceinline__ void rope_rotate(float x0, float x1, int i, float pos, float theta_scale,
                                             float& y0, float& y1) {
-  rope_turn(x0, x1, rope_theta(pos, i, theta_scale), y0, y1);
+  float theta[1] = {pos};
+  rope_thetas(theta, i, theta_scale);
+  rope_turn(x0, x1, theta[0], y0, y1);
 }
 
 }  // namespace salvo::cuda
