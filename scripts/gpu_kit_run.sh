@@ -282,8 +282,9 @@ for r in map(json.loads, open(sys.argv[1])):
   # gpu_kit.sh --llama: llama.cpp (CUDA, built above from the source llama-cpp-python bundles)
   # on the same models in the same window, after salvo's steps so the two do not share the GPU.
   if [ -n "${llama_build:-}" ]; then
-    models=$W/m/r7.gguf
-    [ -f $W/m/real.ok ] && models="$W/m/qwen2.5-coder-1.5b.gguf $models"
+    # Without the real model the random 1.5B (its shape, so its speed) stands in for it.
+    models="$W/m/r15.gguf $W/m/r7.gguf"
+    [ -f $W/m/real.ok ] && models="$W/m/qwen2.5-coder-1.5b.gguf $W/m/r7.gguf"
     bash $W/gpu_llamacpp.sh bench $W 3 $models >>$L/llama_build.log 2>&1
     cp $W/llama_*.json $L/ 2>/dev/null
     echo "llama.cpp done $(date +%T)"
@@ -297,6 +298,10 @@ for r in map(json.loads, open(sys.argv[1])):
     first=$(forms | head -n 1)
     stems=r7
     cp $L/ab_r7_${first}_1.json $W/bench_r7.json
+    if [ -f $L/ab_r15_${first}_1.json ]; then
+      cp $L/ab_r15_${first}_1.json $W/bench_r15.json
+      stems="r15 r7"
+    fi
     if [ -f $L/ab_real_${first}_1.json ]; then
       cp $L/ab_real_${first}_1.json $W/bench_qwen2.5-coder-1.5b.json
       stems="qwen2.5-coder-1.5b r7"

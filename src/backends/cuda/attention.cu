@@ -611,13 +611,6 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   }
 }
 
-// An integer knob read at every launch (a graph captures it once), so that a test can run both
-// settings in one process; `fallback` when unset.
-int env_now(const char* name, int fallback) {
-  const char* env = std::getenv(name);
-  return env != nullptr ? std::atoi(env) : fallback;
-}
-
 // SALVO_CUDA_ATTENTION=serial: every split counted (no skipped splits, no one-split shortcut),
 // for A/B runs and as the tests' check that those shortcuts keep the bits. Read at every launch (a
 // graph captures it once) so that a test can run both.
@@ -694,8 +687,8 @@ namespace {
 int head_group(int n_head, int n_head_kv, int n_rows) {
   const int per_kv = n_head / n_head_kv;
   int group = std::min(per_kv, kMaxGroup);
-  group = std::clamp(env_now("SALVO_CUDA_ATTENTION_GROUP", group), 1, group);
-  const int min_blocks = env_now("SALVO_CUDA_ATTENTION_BLOCKS", kMinBlocksPerSplit);
+  group = std::clamp(env_int("SALVO_CUDA_ATTENTION_GROUP", group), 1, group);
+  const int min_blocks = env_int("SALVO_CUDA_ATTENTION_BLOCKS", kMinBlocksPerSplit);
   for (; group > 1; --group) {
     if (per_kv % group != 0) continue;
     int next = group - 1;
@@ -737,7 +730,7 @@ void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const Attenti
 // to spare. Both rows' splits now merge in one pass (session 61 on an H100, random 7B, against
 // the merges in turn: pp512 7283 against 7206 tok/s, 64-row pass 9.96 against 10.08 ms; with
 // pairs from 2 rows the 16-row pass still lost, 3.68 against 3.53 ms).
-int pair_rows() { return env_now("SALVO_CUDA_ATTENTION_PAIRS", 64); }
+int pair_rows() { return env_int("SALVO_CUDA_ATTENTION_PAIRS", 64); }
 }  // namespace
 
 void attention(const AttentionParams& p, cudaStream_t stream) {
@@ -753,7 +746,8 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   }
   const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
   const bool serial = serial_attention();
-  const int early = env_now("SALVO_CUDA_ATTENTION_EARLY", 0);
+  // Attention's knobs are read at every launch, so that a test runs both forms (knobs.h).
+  const int early = env_int("SALVO_CUDA_ATTENTION_EARLY", 0);
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
   // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {

@@ -25,6 +25,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/knobs.h"
 #include "models/gemma3.h"
 #include "models/llama.h"
 
@@ -47,12 +48,6 @@ Status DeviceWeights::upload_vector(const float* host, int64_t n, const float** 
 }
 
 namespace {
-// An A/B switch that is on unless the variable is set to 0.
-bool env_on(const char* name) {
-  const char* v = std::getenv(name);
-  return v == nullptr || std::atoi(v) != 0;
-}
-
 // SALVO_CUDA_TILED=0 keeps every matrix row-major (for A/B runs of the tiled layout).
 bool tiling_enabled() {
   static const bool on = env_on("SALVO_CUDA_TILED");
@@ -235,8 +230,7 @@ class CudaModel : public Model {
     } else {
       SALVO_ASSIGN_OR_RETURN(m->arch_pass_, upload_gemma3(*gemma3, m->weights_));
     }
-    m->use_graphs_ = std::getenv("SALVO_CUDA_GRAPHS") == nullptr ||
-                     std::string(std::getenv("SALVO_CUDA_GRAPHS")) != "0";
+    m->use_graphs_ = env_on("SALVO_CUDA_GRAPHS");
     if (const char* skip = std::getenv("SALVO_CUDA_SKIP"); skip != nullptr && *skip != 0) {
       m->skip_ = skip;
       std::fprintf(stderr,

@@ -24,6 +24,7 @@
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/device_pass.h"
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/knobs.h"
 #include "quant/fp16.h"
 #include "quant/quantize.h"
 #include "quant/types.h"
@@ -36,10 +37,7 @@ namespace {
 // 2.5 us in session 36's ncu) and observe() two of its three (k norm, RoPE and store). Same bits
 // (cuda_ops_test); session 37 on the H200: draft 0.409 -> 0.399 ms.
 bool fused_qk_norms() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_DFLASH_FUSED_QK");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_DFLASH_FUSED_QK");
   return on;
 }
 
@@ -48,10 +46,7 @@ bool fused_qk_norms() {
 // activation and writes the down projection's fp16 input, as the target's layers do (one launch
 // a layer fewer: 2.5 us each in session 37's ncu). Same bits (GatedMatmulGivesTheUnfusedBits).
 bool fused_drafter_act() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_DFLASH_FUSED_ACT");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_DFLASH_FUSED_ACT");
   return on;
 }
 
@@ -60,10 +55,7 @@ bool fused_drafter_act() {
 // SALVO_DFLASH_CUDA_HALF=0 keeps the layers' matrices on the int8 kernel (A/B runs); by default
 // they go to kHalf as Q6_K (DeviceDflash::upload_matrix).
 bool dflash_half_layers() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_DFLASH_CUDA_HALF");
-    return (v == nullptr || std::atoi(v) != 0) && half_enabled();
-  }();
+  static const bool on = env_on("SALVO_DFLASH_CUDA_HALF") && half_enabled();
   return on;
 }
 
@@ -148,10 +140,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
   // pass, auto 2255 against 2165; small trees gain tokens a pass (the best-ranked 32768 ids
   // against the lowest 65536: code at 32 nodes 4.80 against session 44's 4.52), 64-node trees
   // draft the whole vocabulary's tokens (5.05 both).
-  static bool ranked_head_enabled() {
-    const char* v = std::getenv("SALVO_DFLASH_CUDA_RANKED");
-    return v == nullptr || std::atoi(v) != 0;
-  }
+  static bool ranked_head_enabled() { return env_on("SALVO_DFLASH_CUDA_RANKED"); }
   // Copies the rows `ids` of the target's row-major head (one download of the whole head, ~200
   // MB for Qwen2.5-1.5B, once per drafter), packed for kHalf where the target's head is.
   Status build_ranked_head(std::span<const int32_t> ids) {
@@ -332,10 +321,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
     return upload_bytes(packed.data(), packed.size(), &p->w);
   }
   static bool keep_f16() {
-    static const bool keep = [] {
-      const char* v = std::getenv("SALVO_DFLASH_CUDA_F16");
-      return v != nullptr && std::atoi(v) != 0;
-    }();
+    static const bool keep = env_int("SALVO_DFLASH_CUDA_F16", 0) != 0;
     return keep;
   }
 
@@ -345,8 +331,7 @@ class DeviceDflash : public DflashDevice, public std::enable_shared_from_this<De
 class DeviceDflashRunner : public DflashRunner {
  public:
   explicit DeviceDflashRunner(std::shared_ptr<const DeviceDflash> d) : d_(std::move(d)) {
-    const char* graphs = std::getenv("SALVO_CUDA_GRAPHS");
-    use_graph_ = graphs == nullptr || std::string(graphs) != "0";
+    use_graph_ = env_on("SALVO_CUDA_GRAPHS");
   }
   ~DeviceDflashRunner() override {
     clear_graphs();

@@ -29,6 +29,7 @@
 #include <cstdlib>
 
 #include "backends/cuda/device_memory.h"
+#include "backends/cuda/knobs.h"
 
 namespace salvo::cuda {
 
@@ -69,8 +70,7 @@ __device__ __forceinline__ bool last_to_arrive(int* count, int n) {
 // SALVO_CUDA_PDL=0 turns the attribute off (for A/B runs); it needs compute capability 9.0.
 inline bool pdl_enabled() {
   static const bool on = [] {
-    const char* v = std::getenv("SALVO_CUDA_PDL");
-    if (v != nullptr && std::atoi(v) == 0) return false;
+    if (!env_on("SALVO_CUDA_PDL")) return false;
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {

@@ -176,8 +176,7 @@ MatmulVariant default_variant(DType type) {
 // without the LM-head rule, which needs N >= 4).
 int env_dp4a_rows() {
   static const int n = [] {
-    const char* env = std::getenv("SALVO_CUDA_DP4A_ROWS");
-    const int v = env != nullptr ? std::atoi(env) : 0;
+    const int v = env_int("SALVO_CUDA_DP4A_ROWS", 0);
     return v >= 1 && v <= 8 ? v : 0;
   }();
   return n;

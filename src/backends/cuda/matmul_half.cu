@@ -698,10 +698,6 @@ int sm_count_cached() {
 struct Shape {
   int warps, splits;
 };
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? std::atoi(v) : fallback;
-}
 // A/B knobs: SALVO_HALF_WARPS=W (1-8) forces the warps of a block, -1 picks the count in 4-8 that
 // leaves the fewest warps without a super-block; SALVO_HALF_BLOCKS_PER_SM: the split target.
 int half_warps_knob() {
@@ -721,7 +717,7 @@ int half_blocks_knob() {
 // registers' cost won back (half_kernel_1): with the registers mended in session 58 the 1-row
 // pass equals session 56's build without it; on against off since then is not measured.
 bool half_early() {
-  static const bool on = env_int("SALVO_HALF_EARLY", 1) != 0;
+  static const bool on = env_on("SALVO_HALF_EARLY");
   return on;
 }
 // SALVO_HALF_BULK=3 or 4 (an A/B form): 1-8-row launches take the weights through a ring of that
@@ -810,7 +806,7 @@ Shape shape_of(int tiles, int n_in, int total_out) {
 // with its drafter, 7-node trees on the code prompts: verification pass 1.329, 1.325 against
 // 1.354, 1.357 ms (SALVO_SPEC_TRACE), bench_spec code 2145 against 2084 tok/s, the same text.
 bool stage_rows(int n_rows) {
-  static const bool on = env_int("SALVO_HALF_STAGE", 1) != 0;
+  static const bool on = env_on("SALVO_HALF_STAGE");
   return on && n_rows > 4 && n_rows <= 8;
 }
 // The dynamic shared memory of a staged launch: two slots of kStageUint4 a warp (one n tile).
@@ -934,18 +930,12 @@ int block_bytes(DType type) { return type == DType::kQ4_K ? 144 : 210; }
 }  // namespace
 
 bool half_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_CUDA_HALF");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_CUDA_HALF");
   return on;
 }
 
 bool half_mixed_enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_HALF_MIXED");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_HALF_MIXED");
   return on;
 }
 

@@ -231,8 +231,8 @@ int sm_count() {
 // The slice heuristic's two knobs, overridable for tuning (SALVO_MMA_WARPS_PER_SM, warps per SM
 // to aim for; SALVO_MMA_MIN_UNITS, units each warp keeps at least).
 int env_knob(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  return v != nullptr && std::atoi(v) > 0 ? std::atoi(v) : fallback;
+  const int v = env_int(name, 0);
+  return v > 0 ? v : fallback;
 }
 // 48 from session 9's sweep on the H200 (tg128, alternated twice): the random 7B shape 240 (24)
 // -> 256 (48) -> 260 tok/s (96, but its 64-row pass 51 -> 62 ms); real Qwen2.5-Coder-1.5B 431
@@ -309,10 +309,7 @@ int group_tiles(MmaGroup& grp, int rows_per_tile) {
 // SALVO_EARLY_WEIGHTS=0: the matmul kernels wait for the previous kernel before their first
 // weight loads (A/B runs only).
 bool early_weights() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_EARLY_WEIGHTS");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_EARLY_WEIGHTS");
   return on;
 }
 
@@ -351,10 +348,7 @@ void launch_dp4a(MmaGroup grp, int warps, cudaStream_t stream) {
 // SALVO_MMA_STAGED=0: 5-8 rows of the k-quants take mma_kernel (weights read from global memory
 // by each thread) instead of the staged kernel's mma form (A/B runs only).
 bool staged_mma() {
-  static const bool on = [] {
-    const char* v = std::getenv("SALVO_MMA_STAGED");
-    return v == nullptr || std::atoi(v) != 0;
-  }();
+  static const bool on = env_on("SALVO_MMA_STAGED");
   return on;
 }
 

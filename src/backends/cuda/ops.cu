@@ -102,10 +102,7 @@ __global__ void __launch_bounds__(kT)
 // against 2.88. (128 or 256 threads of 16 elements each instead of about 4, measured there too,
 // lost: random 7B tg128 368 against 384 tok/s, 1.5B 827 against 884.)
 bool norm_early_w() {
-  static const bool on = [] {
-    const char* env = std::getenv("SALVO_CUDA_NORM_EARLY");
-    return env == nullptr || std::atoi(env) != 0;
-  }();
+  static const bool on = env_on("SALVO_CUDA_NORM_EARLY");
   return on;
 }
 
@@ -396,10 +393,7 @@ void rope_store_kv(const RopeStoreParams& p, cudaStream_t stream) {
 }
 
 bool rope_in_epilogue(int64_t n_rows) {
-  static const int max_rows = [] {
-    const char* env = std::getenv("SALVO_CUDA_ROPE_ROWS");
-    return env != nullptr ? std::atoi(env) : 16;
-  }();
+  static const int max_rows = env_int("SALVO_CUDA_ROPE_ROWS", 16);
   return n_rows <= max_rows;
 }
 
