@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # A kit's short job, for a window with little device time left (a start costs 1-2 minutes of
 # it): one call that runs cuda_ops_test, then the random 7B's pp512, tg128 and 1- / 16- / 64-row
-# passes for each form of the kit's ab.conf (its KIT_* words ignored but KIT_BIN=alt, which takes
-# KIT.alt's salvo), alternated twice; one line a form and run. About 3 minutes on an H100:
+# passes and the random 1.5B's tg128, 1- and 16-row passes for each form of the kit's ab.conf
+# (its KIT_* words ignored but KIT_BIN=alt, which takes KIT.alt's salvo), alternated twice; a
+# line a form, shape and run. About 3 minutes on an H100:
 #   bash KIT/quick.sh      carry [KIT] or [KIT, KIT.alt]   (timeout_s a little under the budget)
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
@@ -18,12 +19,20 @@ fi
 pip install -q --no-index --no-deps --target /root/site "$kit"/whl/*.whl >/dev/null 2>&1
 export LD_LIBRARY_PATH=$W/bin PYTHONPATH=/root/site
 nvidia-smi --query-gpu=name,clocks.max.sm --format=csv,noheader
-(python3 bench/gen_random_model.py --shape qwen2.5-7b --mix q4_k_m --tokenizer "$kit"/qwen2.gguf \
-  --out $W/r7.gguf >$W/gen.log 2>&1; touch $W/r7.ok) &
+for shape in 7b:r7 1.5b:r15; do
+  (python3 bench/gen_random_model.py --shape qwen2.5-${shape%:*} --mix q4_k_m \
+    --tokenizer "$kit"/qwen2.gguf --out $W/${shape#*:}.gguf >$W/gen_${shape#*:}.log 2>&1
+  touch $W/${shape#*:}.ok) &
+done
 (cd $W && timeout 120 ./bin/cuda_ops_test >$W/ops.log 2>&1; echo "cuda_ops_test rc $?")
 grep -E "^\[  (FAILED|PASSED) " $W/ops.log | head -8
-while [ ! -f $W/r7.ok ]; do sleep 1; done
-tail -1 $W/gen.log
+while [ ! -f $W/r7.ok ] || [ ! -f $W/r15.ok ]; do sleep 1; done
+tail -qn 1 $W/gen_r7.log $W/gen_r15.log
+# One line of a form's figures: pp512 and tg128 where run, then each pass's ms by rows.
+line() {
+  echo "$(echo "$1" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
+    "$(echo "$1" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
+}
 for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
@@ -33,7 +42,9 @@ for rep in 1 2; do
     [ -x $bin/salvo ] || { echo "$name: no $bin/salvo (carry KIT.alt)"; continue; }
     out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r7.gguf -p 512 -n 128 \
       -r 3 --verify --verify-rows 1,16,64 --verify-context 512 2>&1)
-    echo "$name $rep: $(echo "$out" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
-      "$(echo "$out" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
+    echo "$name $rep r7: $(line "$out")"
+    out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r15.gguf -p 0 -n 128 \
+      -r 3 --verify --verify-rows 1,16 --verify-context 512 2>&1)
+    echo "$name $rep r15: $(line "$out")"
   done <"$kit"/ab.conf
 done
