@@ -551,7 +551,9 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
 // into L2 (no registers held): before the PDL wait their latency overlaps the Q/K/V launch. Safe
 // there: committed rows were written by earlier steps or by commit_kv, kernels that have finished
 // once the kernel before this one has passed its own wait (every kernel waits, then lets the
-// next one in). An A/B form (AttentionParams::early), not yet measured.
+// next one in). The default since session 62 (AttentionParams::early; SALVO_CUDA_ATTENTION_EARLY=0
+// for A/B): on an H100, random 7B, two alternations, 1-row pass 2.617 / 2.636 against 2.661 /
+// 2.659 ms, 16 rows 3.423 / 3.430 against 3.453 / 3.480.
 template <int kRows>
 __device__ __forceinline__ void prefetch_committed(const AttentionParams& p,
                                                    const RowMeta (&rm)[kRows], int n_here) {
@@ -747,7 +749,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
   const bool serial = serial_attention();
   // Attention's knobs are read at every launch, so that a test runs both forms (knobs.h).
-  const int early = env_int("SALVO_CUDA_ATTENTION_EARLY", 0);
+  const int early = env_int("SALVO_CUDA_ATTENTION_EARLY", 2);
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
   // launch or many, a row or two a block.
   for (int first = 0; first < p.batch.n_rows; first += per_launch) {
