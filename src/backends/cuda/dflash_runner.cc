@@ -10,11 +10,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <span>
-#include <string>
 #include <utility>
 #include <vector>
 

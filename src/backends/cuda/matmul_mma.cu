@@ -1,7 +1,6 @@
 // Block-quantized matrix × skinny activation product on the int8 tensor cores (variant kMma):
 // mma_kernel, and the launches of every integer kernel (the arithmetic: intmm_common.cuh).
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>

@@ -3,7 +3,6 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
-#include <cstdlib>
 
 #include "backends/cuda/act.cuh"
 #include "backends/cuda/dequant.cuh"
