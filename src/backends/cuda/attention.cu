@@ -575,11 +575,35 @@ __device__ __forceinline__ void prefetch_committed(const AttentionParams& p,
   }
 }
 
+// The block's share of p.l2_prefetch_bytes asked into L2 (bulk prefetches of up to 16 KB, one
+// a thread): the grid's blocks cover the range in order. Weights are never a kernel's output, so
+// this goes before the wait, and a prefetch changes no value the kernel or any other computes.
+__device__ __forceinline__ void prefetch_weights(const AttentionParams& p) {
+#if __CUDA_ARCH__ >= 900
+  if (p.l2_prefetch_bytes <= 0) return;
+  constexpr int64_t kPiece = 16 << 10;
+  const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z;
+  const int64_t block =
+      (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
+  const int64_t share = (p.l2_prefetch_bytes / blocks + 15) & ~int64_t{15};
+  const int64_t begin = block * share, end = min(p.l2_prefetch_bytes, begin + share);
+  for (int64_t at = begin + threadIdx.x * kPiece; at < end; at += blockDim.x * kPiece) {
+    const uint32_t bytes = static_cast<uint32_t>(min(kPiece, end - at)) & ~15u;
+    if (bytes == 0) break;
+    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
+                     static_cast<const char*>(p.l2_prefetch) + at),
+                 "r"(bytes)
+                 : "memory");
+  }
+#endif
+}
+
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
 // taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
 // kRows: batch rows a block (launch rows kRows blockIdx.y + r).
 template <bool kSkip, int kRows>
 __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionParams p) {
+  prefetch_weights(p);
   if (p.early == 0) pdl_enter();
   extern __shared__ int32_t slots[];
   const int row0 = kRows * blockIdx.y;
@@ -758,6 +782,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     part.launch_rows = std::min(per_launch, p.batch.n_rows - first);
     part.group = group;
     part.early = early;
+    if (first > 0) part.l2_prefetch_bytes = 0;  // once a pass
     const dim3 grid(p.n_head / group, (part.launch_rows + rows_a_block - 1) / rows_a_block,
                     n_splits);
     if (rows_a_block == 2) {

@@ -111,6 +111,17 @@ bool half_head_enabled() {
   return on;
 }
 
+// SALVO_CUDA_FFN_PREFETCH=MB (an A/B form, 0 by default): the attention launch of a pass of up
+// to 64 rows asks that many MB of the layer's gate/up weights (the fused kHalf matrix, from its
+// first tile: the first blocks' share) into L2. Norm, Q/K/V, attention and the output projection
+// wait on latency while HBM idles; what they prefetch the gate/up launch then reads from L2.
+int64_t ffn_prefetch_bytes(const DeviceGatedFfn& ffn, int n_rows) {
+  static const int mb = std::max(0, env_int("SALVO_CUDA_FFN_PREFETCH", 0));
+  const MatmulParams& w = ffn.fused.shape;
+  if (mb == 0 || n_rows > 64 || w.w == nullptr) return 0;
+  return std::min<int64_t>(int64_t{mb} << 20, half_packed_bytes(w.type, w.n_out, w.n_in));
+}
+
 // Q/K/V apply RoPE and store K/V in their own launch (HalfRole) unless SALVO_CUDA_FUSED_ROPE=0.
 bool rope_fusion_enabled() {
   static const bool on = env_on("SALVO_CUDA_FUSED_ROPE");
@@ -668,7 +679,9 @@ class CudaModel : public Model {
                    .window = 0,
                    .partial = attn_partial_.get<float>(),
                    .split_counts = attn_counts_.get<int>(),
-                   .out_q8 = aq},
+                   .out_q8 = aq,
+                   .l2_prefetch = l.ffn.fused.shape.w,
+                   .l2_prefetch_bytes = ffn_prefetch_bytes(l.ffn, n)},
                   stream_);
       }
       const Q8Rows aq_rows = aq.q != nullptr || aq.h != nullptr

@@ -221,6 +221,8 @@ bool half_supported(DType type, int64_t n_out, int64_t n_in);
 // MatmulParams::half_scale (the scales are stored times its inverse, a power of two).
 std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
                                        float* scale);
+// The bytes of pack_half_weights' layout of an [n_out, n_in] matrix of this type.
+int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in);
 // Whether gate and up [n_ff, n_in] of this type can be packed as one gated matrix.
 bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in);
 // gate's and up's rows interleaved by eight (each 16-row tile: 8 of gate, the same 8 of up, so
@@ -332,6 +334,11 @@ struct AttentionParams {
   // nothing, 1 the rows' metadata (host-written), 2 that and an L2 prefetch of the committed K/V
   // rows the block will read (written by earlier steps, never by the kernel before this one).
   int early = 0;
+  // Bytes of a later launch's weights (the feed-forward's, which start at l2_prefetch) that the
+  // blocks ask into L2 before their wait, spread over the grid, while the attention chain keeps
+  // HBM idle. Never read by the kernel; 0 for none (SALVO_CUDA_FFN_PREFETCH, cuda_model.cc).
+  const void* l2_prefetch = nullptr;
+  int64_t l2_prefetch_bytes = 0;
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).

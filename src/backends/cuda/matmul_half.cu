@@ -1018,6 +1018,10 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
   return out;
 }
 
+int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in) {
+  return (n_out + 15) / 16 * (n_in / 256) * chunk_bytes(type);
+}
+
 bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in) {
   return half_supported(type, 2 * n_ff, n_in) && n_ff % 32 == 0;
 }
