@@ -111,15 +111,22 @@ bool half_head_enabled() {
   return on;
 }
 
-// SALVO_CUDA_FFN_PREFETCH=MB (an A/B form, 0 by default): the attention launch of a pass of up
-// to 64 rows asks that many MB of the layer's gate/up weights (the fused kHalf matrix, from its
-// first tile: the first blocks' share) into L2. Norm, Q/K/V, attention and the output projection
-// wait on latency while HBM idles; what they prefetch the gate/up launch then reads from L2.
+// SALVO_CUDA_FFN_PREFETCH=P (an A/B form, 0 by default): the attention launch of a pass of up
+// to 64 rows asks P percent of the layer's gate/up weights (the fused kHalf matrix, from its
+// first tile) into L2, for the norm, Q/K/V, attention and output launches wait on latency while
+// HBM idles. Session 63 on an H100 (random shapes, as MB then; `salvo bench --device cuda -p 0
+// -n 128 -r 3 --verify --verify-rows 1,16 --verify-context 512`, alternated twice): the 7B (85 MB
+// of gate/up) with 8 MB (9%) tg128 389.8, 389.6 against 382.8, 385.3 tok/s, 1-row pass 2.600,
+// 2.602 against 2.615, 2.619 ms, 16 rows 3.427, 3.420 against 3.451, 3.443; 16 MB (19%) tg128
+// 388.0, 388.1 with the passes even; 32 MB tg128 383-384 against 385-386, 64 rows 10.24 against
+// 10.10 ms. The 1.5B (17 MB) lost from 8 MB (47%) on: tg128 861 against 891, 1-row pass 1.243
+// against 1.214 ms; all of it 814-821 against 888; 4 MB (23%) 884 against 891, once. The prefetched
+// bytes slow the latency chain they overlap; a default waits on a measured percent for both shapes.
 int64_t ffn_prefetch_bytes(const DeviceGatedFfn& ffn, int n_rows) {
-  static const int mb = std::max(0, env_int("SALVO_CUDA_FFN_PREFETCH", 0));
+  static const int percent = std::clamp(env_int("SALVO_CUDA_FFN_PREFETCH", 0), 0, 100);
   const MatmulParams& w = ffn.fused.shape;
-  if (mb == 0 || n_rows > 64 || w.w == nullptr) return 0;
-  return std::min<int64_t>(int64_t{mb} << 20, half_packed_bytes(w.type, w.n_out, w.n_in));
+  if (percent == 0 || n_rows > 64 || w.w == nullptr) return 0;
+  return (half_packed_bytes(w.type, w.n_out, w.n_in) * percent / 100) & ~int64_t{15};
 }
 
 // Q/K/V apply RoPE and store K/V in their own launch (HalfRole) unless SALVO_CUDA_FUSED_ROPE=0.
