@@ -339,6 +339,7 @@ struct AttentionParams {
   // HBM idle. Never read by the kernel; 0 for none (SALVO_CUDA_FFN_PREFETCH, cuda_model.cc).
   const void* l2_prefetch = nullptr;
   int64_t l2_prefetch_bytes = 0;
+  bool prefetch_late = false;  // that prefetch after the wait (attention() sets it)
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
