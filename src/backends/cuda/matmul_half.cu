@@ -958,6 +958,10 @@ void parallel_for(int64_t n, Fn fn) {
 }
 }  // namespace
 
+int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in) {
+  return (n_out + 15) / 16 * (n_in / 256) * chunk_bytes(type);
+}
+
 std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
                                        float* scale) {
   SALVO_CHECK(half_supported(type, n_out, n_in));
@@ -987,7 +991,7 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
   }
   const float up = std::ldexp(1.0f, shift);
   *scale = std::ldexp(1.0f, -shift);
-  std::vector<uint8_t> out(static_cast<size_t>(tiles * n_sb * chunk), 0);
+  std::vector<uint8_t> out(static_cast<size_t>(half_packed_bytes(type, n_out, n_in)), 0);
   parallel_for(tiles, [&](int64_t tile) {
     Unpacked u{};
     for (int64_t r = 16 * tile; r < std::min(n_out, 16 * tile + 16); ++r) {
@@ -1016,10 +1020,6 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
     }
   });
   return out;
-}
-
-int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in) {
-  return (n_out + 15) / 16 * (n_in / 256) * chunk_bytes(type);
 }
 
 bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in) {
