@@ -577,7 +577,7 @@ __device__ __forceinline__ void prefetch_committed(const AttentionParams& p,
 
 // The block's share of p.l2_prefetch_bytes asked into L2 (bulk prefetches of up to 16 KB, one
 // a thread): the grid's blocks cover the range in order. Weights are never a kernel's output, so
-// this goes before the wait, and a prefetch changes no value the kernel or any other computes.
+// it may go before the wait (or after it: p.prefetch_late), and it changes no value computed.
 __device__ __forceinline__ void prefetch_weights(const AttentionParams& p) {
 #if __CUDA_ARCH__ >= 900
   if (p.l2_prefetch_bytes <= 0) return;

@@ -27,7 +27,6 @@
 
 #include <cuda_runtime.h>
 
-
 #include "backends/cuda/device_memory.h"
 #include "backends/cuda/knobs.h"
 
