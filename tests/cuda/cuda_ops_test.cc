@@ -1200,8 +1200,7 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
     // are cousins whose last keys differ, 4 is alone), in one launch and in launches of 1, 2 and 3
     // rows (a wide pass at a long context; with 3, rows 3 and 4 of the two sequences share a
     // block), with the metadata and the committed rows' prefetch before the PDL wait or not, and
-    // another buffer asked into L2 (the feed-forward's weights in a model) before the wait with
-    // the former, after it with the latter: the same bits.
+    // another buffer asked into L2 (the feed-forward's weights in a model): the same bits.
     Dev<float> l2_src((1 << 18) + 12);  // past a whole number of the blocks' shares and pieces
     for (const char* pairs : {"0", "2"}) {
       for (int per_launch : {0, 1, 2, 3}) {
@@ -1212,13 +1211,11 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
           split.rows_per_launch = per_launch;
           split.l2_prefetch = l2_src.ptr;
           split.l2_prefetch_bytes = static_cast<int64_t>(l2_src.n * sizeof(float));
-          setenv("SALVO_CUDA_FFN_PREFETCH_LATE", std::string(early) == "0" ? "1" : "0", 1);
           setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
           setenv("SALVO_CUDA_ATTENTION_EARLY", early, 1);
           cuda::attention(split, nullptr);
           unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
           unsetenv("SALVO_CUDA_ATTENTION_EARLY");
-          unsetenv("SALVO_CUDA_FFN_PREFETCH_LATE");
           EXPECT_EQ(out_split.host(), dout.host()) << per_launch << " rows a launch (0: all), "
                                                    << "pairs from " << pairs << ", early " << early;
         }

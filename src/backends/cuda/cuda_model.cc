@@ -111,19 +111,20 @@ bool half_head_enabled() {
   return on;
 }
 
-// SALVO_CUDA_FFN_PREFETCH=P (an A/B form, 0 by default): the attention launch of a pass of up
-// to 64 rows asks P percent of the layer's gate/up weights (the fused kHalf matrix, from its
-// first tile) into L2, for the norm, Q/K/V, attention and output launches wait on latency while
-// HBM idles. Session 63 on an H100 (random shapes, as MB then; `salvo bench --device cuda -p 0
-// -n 128 -r 3 --verify --verify-rows 1,16 --verify-context 512`, alternated twice): the 7B (85 MB
-// of gate/up) with 8 MB (9%) tg128 389.8, 389.6 against 382.8, 385.3 tok/s, 1-row pass 2.600,
-// 2.602 against 2.615, 2.619 ms, 16 rows 3.427, 3.420 against 3.451, 3.443; 16 MB (19%) tg128
-// 388.0, 388.1 with the passes even; 32 MB tg128 383-384 against 385-386, 64 rows 10.24 against
-// 10.10 ms. The 1.5B (17 MB) lost from 8 MB (47%) on: tg128 861 against 891, 1-row pass 1.243
-// against 1.214 ms; all of it 814-821 against 888; 4 MB (23%) 884 against 891, once. The prefetched
-// bytes slow the latency chain they overlap; a default waits on a measured percent for both shapes.
+// The attention launch of a pass of up to 64 rows asks P percent of the layer's gate/up weights
+// (the fused kHalf matrix, from its first tile) into L2 before its wait, for the norm, Q/K/V,
+// attention and output launches wait on latency while HBM idles; gate/up then reads those bytes
+// from L2. P = SALVO_CUDA_FFN_PREFETCH, 8 by default (0: none). More bytes slow the latency chain
+// they overlap. Session 64 on an H100 (random shapes; `salvo bench --device cuda -p 0 -n 128 -r 3
+// --verify --verify-rows 1,16 --verify-context 512`, two alternations; the 7B has 85 MB of gate/up,
+// the 1.5B 17 MB), P = 0 / 5 / 8 / 10 / 12 / 15: 7B tg128 384.1, 385.2 / 390.5, 388.8 / 390.8,
+// 390.1 / 387.5, 386.8 / 387.9, 387.0 / 386.4, 385.6 tok/s; 1.5B 868.2, 889.8 / 892.5, 888.7 /
+// 894.2, 851.5 (+-35) / 894.3, 889.7 / 895.1, 891.4 / 886.2, 876.3. 1- and 16-row passes, P = 0 /
+// 5 / 8: 7B 2.607, 2.609 / 2.566, 2.558 / 2.578, 2.581 ms and 3.420, 3.468 / 3.430, 3.366 / 3.409,
+// 3.399; 1.5B 1.218, 1.213 / 1.210, 1.210 / 1.217, 1.208 and 1.724, 1.722 / 1.718, 1.721 / 1.728,
+// 1.720. Session 63: 38% of the 7B's and 47% of the 1.5B's lose (tg128 -1% and -3%).
 int64_t ffn_prefetch_bytes(const DeviceGatedFfn& ffn, int n_rows) {
-  static const int percent = std::clamp(env_int("SALVO_CUDA_FFN_PREFETCH", 0), 0, 100);
+  static const int percent = std::clamp(env_int("SALVO_CUDA_FFN_PREFETCH", 8), 0, 100);
   const MatmulParams& w = ffn.fused.shape;
   if (percent == 0 || n_rows > 64 || w.w == nullptr) return 0;
   return (half_packed_bytes(w.type, w.n_out, w.n_in) * percent / 100) & ~int64_t{15};

@@ -335,13 +335,10 @@ struct AttentionParams {
   // rows the block will read (written by earlier steps, never by the kernel before this one).
   int early = 0;
   // Bytes of a later launch's weights (the feed-forward's, which start at l2_prefetch) that the
-  // blocks ask into L2, spread over the grid, while the attention chain keeps HBM idle: before
-  // their wait, or after it with prefetch_late (attention() sets it from
-  // SALVO_CUDA_FFN_PREFETCH_LATE). Never read by the kernel; 0 for none (SALVO_CUDA_FFN_PREFETCH,
-  // cuda_model.cc).
+  // blocks ask into L2, spread over the grid, before their wait, while the attention chain keeps
+  // HBM idle. Never read by the kernel; 0 for none (SALVO_CUDA_FFN_PREFETCH, cuda_model.cc).
   const void* l2_prefetch = nullptr;
   int64_t l2_prefetch_bytes = 0;
-  bool prefetch_late = false;
 };
 // Key splits of the attention kernel for a cache of `capacity` slots (the grid covers every key
 // a row could see, so a captured graph stays valid as the context grows).
