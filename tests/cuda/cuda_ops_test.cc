@@ -1221,6 +1221,23 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
         }
       }
     }
+    // Splits merged in thread-block clusters of 3 (the grid's 8 splits padded to 9; the window of
+    // 300's rows span 3 splits and merge in the cluster, sequence 0's rows without a window span
+    // 5 and merge through the partials) and of 8 (all in the cluster): the same bits.
+    for (const char* cluster : {"3", "8"}) {
+      for (const char* pairs : {"0", "2"}) {
+        Dev<float> out_cluster(want.size());
+        cuda::AttentionParams clustered = params;
+        clustered.out = out_cluster.ptr;
+        setenv("SALVO_CUDA_ATTENTION_CLUSTER", cluster, 1);
+        setenv("SALVO_CUDA_ATTENTION_PAIRS", pairs, 1);
+        cuda::attention(clustered, nullptr);
+        unsetenv("SALVO_CUDA_ATTENTION_CLUSTER");
+        unsetenv("SALVO_CUDA_ATTENTION_PAIRS");
+        EXPECT_EQ(out_cluster.host(), dout.host())
+            << "clusters of " << cluster << ", pairs from " << pairs;
+      }
+    }
     // The same with the int8 copy of the output fused in: same floats, quantize_rows' bits
     // (heads whose size is a multiple of the quantization block's 32, as the models ask).
     if (c.head_dim_v % 32 == 0) {

@@ -2,6 +2,7 @@
 //
 // Cache layout per layer: [n_seq][capacity][width] fp16 values; committed slot i holds position i,
 // the rows of the batch in flight sit behind the committed ones in batch order (the suffix).
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -90,6 +91,7 @@ constexpr int kMaxGroup = 8;            // query heads a row of a block: 8 of th
 constexpr int kDimsPerRound = 128;      // elements of K (V) rows whose loads a warp issues at once
 constexpr int kMinBlocksPerSplit = 32;  // head_group()
 constexpr int kMaxHeadDim = 256;
+constexpr int kMaxCluster = 8;  // portable cluster size
 
 // What a block needs of its rows and of the batch rows they may see, loaded in one round at the
 // kernel's start: each dependent round of loads (the row's sequence, then that sequence's
@@ -153,18 +155,22 @@ __device__ __forceinline__ uint32_t pair_of(const uint2& a, const uint2& b, int 
 
 // The block's kRows rows (launch rows kRows blockIdx.y + r; n_here of them exist) over the keys
 // of split blockIdx.z. Row r's heads are rows 8 r + h of the mma.
+// With `local` (a cluster's merge) the partials go to the block's own shared memory,
+// [row][head][2 + dim_v], instead of p.partial.
 template <int kRows>
 __device__ __forceinline__ void split_partial(const AttentionParams& p, const RowMeta (&rm)[kRows],
                                               int n_here, const BatchEntry& mine, bool direct,
-                                              int32_t* slots) {
+                                              int32_t* slots, float* local = nullptr) {
   const int group = p.group, head0 = blockIdx.x * group;
   const int row0 = kRows * blockIdx.y, split = blockIdx.z;  // row0: the launch's, not the batch's
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
   const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
   // Head head0 + h's partial of this split for row r: partial_of(r) + h head_stride.
-  const int64_t head_stride = static_cast<int64_t>(gridDim.z) * partial_width;
+  const int64_t head_stride =
+      local != nullptr ? partial_width : static_cast<int64_t>(p.n_splits) * partial_width;
   auto partial_of = [&](int r) {
-    return p.partial + ((static_cast<int64_t>(row0 + r) * p.n_head + head0) * gridDim.z + split) *
+    if (local != nullptr) return local + static_cast<int64_t>(r) * group * partial_width;
+    return p.partial + ((static_cast<int64_t>(row0 + r) * p.n_head + head0) * p.n_splits + split) *
                            partial_width;
   };
   bool beyond = true;  // beyond any key the block's rows can see
@@ -449,9 +455,9 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
 }
 
 // Splits of the row that can hold a key it sees; the merge reads only those.
-__device__ __forceinline__ int used_splits(const RowMeta& rm) {
+__device__ __forceinline__ int used_splits(const RowMeta& rm, int n_splits) {
   const int max_keys = rm.n_committed + rm.n_batch_keys;
-  return min(static_cast<int>(gridDim.z), (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
+  return min(n_splits, (max_keys + kKeysPerSplit - 1) / kKeysPerSplit);
 }
 
 // Merges the splits of the block's rows (launch rows row0 + r, r < n_here; of the block's group)
@@ -473,7 +479,7 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
   int n_used[kRows], max_used = 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
-    n_used[r] = r < n_here ? used_splits(rm[r]) : 0;
+    n_used[r] = r < n_here ? used_splits(rm[r], n_splits) : 0;
     max_used = max(max_used, n_used[r]);
   }
   auto used = [&](int r) { return kRows == 1 || r == 0 ? n_used[0] : n_used[kRows - 1]; };
@@ -599,11 +605,99 @@ __device__ __forceinline__ void prefetch_weights(const AttentionParams& p) {
 #endif
 }
 
+// The block's partials of a cluster's merge: behind the scratch that split_partial's warps use
+// (attention_smem() counts them when p.cluster > 1).
+template <int kRows>
+__device__ __forceinline__ float* cluster_partial(const AttentionParams& p, int32_t* slots) {
+  const int floats = max(kWarps * kRows * p.group * p.head_dim_v,
+                         3 * kRows * p.group * min(p.n_splits, kMergeMaxSplits));
+  return block_scratch<kRows>(p, slots) + floats;
+}
+
+// merge_splits' arithmetic, in the same order, over the partials of the cluster's blocks (split
+// s at rank s): the same bits, without the global partials, the fence, the count and the L2
+// round trips a merge through global memory waits on (session 64 on an H100: a row's second
+// split cost a 1-row pass of the random 1.5B 54 us, 1.9 us a layer, and its 16-row pass 76 us).
+template <int kRows>
+__device__ void merge_cluster(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
+                              const float* local, float* scratch) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  const int group = p.group, head0 = blockIdx.x * group, row0 = kRows * blockIdx.y;
+  const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
+  int n_used[kRows];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) n_used[r] = r < n_here ? used_splits(rm[r], p.n_splits) : 0;
+  auto used = [&](int r) { return kRows == 1 || r == 0 ? n_used[0] : n_used[kRows - 1]; };
+  float* split_w = scratch;  // [row][head][kMaxCluster]
+  float* split_l = split_w + kRows * kMaxGroup * kMaxCluster;
+  __shared__ float l_shared[kRows * kMaxGroup];
+  if (threadIdx.x < n_here * group) {
+    const int r = kRows == 1 ? 0 : threadIdx.x / group, n = used(r);
+    const float* mine = local + threadIdx.x * partial_width;  // (r group + h) partial_width
+    float m[kMaxCluster], l[kMaxCluster];
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      if (s >= n) break;
+      const float* ps = cluster.map_shared_rank(mine, s);
+      m[s] = ps[0];
+      l[s] = ps[1];
+    }
+    float m_all = -FLT_MAX;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      if (s < n && l[s] > 0.0f) m_all = fmaxf(m_all, m[s]);
+    }
+    float l_all = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      if (s >= n) break;
+      const float w = __expf(m[s] - m_all);
+      if (l[s] > 0.0f) l_all = __fmaf_rn(l[s], w, l_all);
+      split_w[threadIdx.x * kMaxCluster + s] = w;
+      split_l[threadIdx.x * kMaxCluster + s] = l[s];
+    }
+    l_shared[r * kMaxGroup + threadIdx.x % group] = l_all;
+  }
+  __syncthreads();
+  for (int e = threadIdx.x; e < n_here * group * dim_v; e += blockDim.x) {
+    const int r = kRows == 1 ? 0 : e / (group * dim_v), h = e / dim_v % group, d = e % dim_v;
+    const int i = e / dim_v, n = used(r);  // i: r group + h
+    float o = 0.0f;
+#pragma unroll
+    for (int s = 0; s < kMaxCluster; ++s) {
+      if (s >= n) break;
+      const float v = cluster.map_shared_rank(local + i * partial_width, s)[2 + d];
+      if (split_l[i * kMaxCluster + s] > 0.0f) o = __fmaf_rn(v, split_w[i * kMaxCluster + s], o);
+    }
+    write_output(p, head0 + h, p.row_base + row0 + r, d, __fdiv_rn(o, l_shared[r * kMaxGroup + h]));
+  }
+}
+
+// The first cluster's blocks (splits 0 .. p.cluster - 1; those past n_used compute nothing)
+// write their partials to their own shared memory, and block 0 merges them once all have.
+template <int kRows>
+__device__ void cluster_splits(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
+                               const BatchEntry& mine, int n_used, int32_t* slots) {
+  namespace cg = cooperative_groups;
+  const cg::cluster_group cluster = cg::this_cluster();
+  float* local = cluster_partial<kRows>(p, slots);
+  if (static_cast<int>(blockIdx.z) < n_used) {
+    split_partial<kRows>(p, rm, n_here, mine, false, slots, local);
+  }
+  cluster.sync();  // every partial written and visible to the cluster
+  if (blockIdx.z == 0) merge_cluster<kRows>(p, rm, n_here, local, block_scratch<kRows>(p, slots));
+  cluster.sync();  // no block leaves while block 0 may still read its shared memory
+}
+
 // kSkip: blocks past the used splits return at once instead of writing an empty partial and
 // taking their turn at the count (a 4096-slot cache launches 32 splits; a short context uses 1).
-// kRows: batch rows a block (launch rows kRows blockIdx.y + r).
-template <bool kSkip, int kRows>
+// kRows: batch rows a block (launch rows kRows blockIdx.y + r). kCluster: launched in clusters of
+// p.cluster blocks along the splits (cluster_splits(); a kernel of its own, for the merge's
+// registers would cost the others occupancy).
+template <bool kSkip, int kRows, bool kCluster = false>
 __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionParams p) {
+  static_assert(kSkip || !kCluster, "a cluster's merge skips the unused splits");
   prefetch_weights(p);
   if (p.early == 0) pdl_enter();
   extern __shared__ int32_t slots[];
@@ -621,12 +715,20 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
     if (p.early == 2) prefetch_committed<kRows>(p, rm, n_here);
     pdl_enter();
   }
-  int n_used = gridDim.z;
+  int n_used = p.n_splits;
   if (kSkip) {
     n_used = 0;
 #pragma unroll
     for (int r = 0; r < kRows; ++r) {
-      if (r < n_here) n_used = max(n_used, used_splits(rm[r]));
+      if (r < n_here) n_used = max(n_used, used_splits(rm[r], p.n_splits));
+    }
+  }
+  // Keys in 2 to p.cluster splits: the first cluster's blocks merge through distributed shared
+  // memory (n_used is the same in every block of a cluster: the same rows).
+  if constexpr (kCluster) {
+    if (n_used > 1 && n_used <= p.cluster) {
+      if (static_cast<int>(blockIdx.z) >= p.cluster) return;  // uniform over the cluster
+      return cluster_splits<kRows>(p, rm, n_here, mine, n_used, slots);
     }
   }
   if (kSkip && static_cast<int>(blockIdx.z) >= n_used) return;  // uniform over the block
@@ -634,7 +736,7 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   if (kSkip && n_used == 1) return split_partial<kRows>(p, rm, n_here, mine, true, slots);
   split_partial<kRows>(p, rm, n_here, mine, false, slots);
   if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x * p.group, n_used)) {
-    merge_splits<kRows>(p, rm, n_here, row0, gridDim.z, block_scratch<kRows>(p, slots));
+    merge_splits<kRows>(p, rm, n_here, row0, p.n_splits, block_scratch<kRows>(p, slots));
   }
 }
 
@@ -734,25 +836,29 @@ int head_group(int n_head, int n_head_kv, int n_rows) {
   return wide > 1 ? wide : largest(min_blocks);
 }
 
-// The warps' outputs and the merge's split arrays share the space behind the slots.
-size_t attention_smem(int n_rows, int rows_a_block, int group, int head_dim_v, int n_splits) {
-  const size_t floats =
+// The warps' outputs and the merge's split arrays share the space behind the slots; a cluster's
+// merge puts the block's partials behind them (cluster_partial()).
+size_t attention_smem(int n_rows, int rows_a_block, int group, int head_dim_v, int n_splits,
+                      int cluster) {
+  size_t floats =
       std::max<size_t>(static_cast<size_t>(kWarps) * rows_a_block * group * head_dim_v,
                        3ull * rows_a_block * group * std::min(n_splits, kMergeMaxSplits));
+  if (cluster > 1) floats += static_cast<size_t>(rows_a_block) * group * (2 + head_dim_v);
   return (static_cast<size_t>(rows_a_block) * ((n_rows + 3) & ~3) + floats) * sizeof(float);
 }
 constexpr size_t kMaxSmem = 160 << 10;
 
-template <bool kSkip, int kRows>
+template <bool kSkip, int kRows, bool kCluster = false>
 void launch_attention(dim3 grid, size_t smem, cudaStream_t stream, const AttentionParams& p) {
   // Past the default 48 KB (eight heads of 256 elements, or a batch of thousands of rows).
   static const bool opted = [] {
-    SALVO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kSkip, kRows>,
+    SALVO_CUDA_CHECK(cudaFuncSetAttribute(attention_kernel<kSkip, kRows, kCluster>,
                                           cudaFuncAttributeMaxDynamicSharedMemorySize, kMaxSmem));
     return true;
   }();
   (void)opted;
-  launch(attention_kernel<kSkip, kRows>, grid, kWarps * 32, smem, stream, p);
+  launch_cluster(attention_kernel<kSkip, kRows, kCluster>, grid,
+                 dim3(1, 1, kCluster ? p.cluster : 1), kWarps * 32, smem, stream, p);
 }
 
 // Passes of at least this many rows take two rows a block (SALVO_CUDA_ATTENTION_PAIRS=N for A/B
@@ -777,11 +883,19 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   const int group = head_group(p.n_head, p.n_head_kv, p.batch.n_rows);
   const int pairs = pair_rows();
   int rows_a_block = pairs > 0 && p.batch.n_rows >= pairs ? 2 : 1;
-  if (attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits) > kMaxSmem) {
+  const bool serial = serial_attention();
+  // SALVO_CUDA_ATTENTION_CLUSTER=C (2 to 8; an A/B form, 0 by default): the splits' blocks in
+  // clusters of C, the grid's splits padded to a multiple of C, so that rows whose keys span 2 to C
+  // splits merge them through distributed shared memory (cluster_splits()); not with the serial
+  // kernel, whose blocks all take their turn at the count.
+  int cluster = std::clamp(env_int("SALVO_CUDA_ATTENTION_CLUSTER", 0), 0, kMaxCluster);
+  if (serial || cluster < 2 || n_splits < 2) cluster = 0;
+  if (attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits, cluster) >
+      kMaxSmem) {
     rows_a_block = 1;
   }
-  const size_t smem = attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits);
-  const bool serial = serial_attention();
+  const size_t smem =
+      attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits, cluster);
   // Attention's knobs are read at every launch, so that a test runs both forms (knobs.h).
   const int early = env_int("SALVO_CUDA_ATTENTION_EARLY", 2);
   // A row's arithmetic does not depend on which launch or block takes it: the same bits in one
@@ -791,18 +905,24 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
     part.row_base = first;
     part.launch_rows = std::min(per_launch, p.batch.n_rows - first);
     part.group = group;
+    part.n_splits = n_splits;
+    part.cluster = cluster;
     part.early = early;
     if (first > 0) part.l2_prefetch_bytes = 0;  // once a pass
     const dim3 grid(p.n_head / group, (part.launch_rows + rows_a_block - 1) / rows_a_block,
-                    n_splits);
+                    cluster > 1 ? (n_splits + cluster - 1) / cluster * cluster : n_splits);
     if (rows_a_block == 2) {
       if (serial) {
         launch_attention<false, 2>(grid, smem, stream, part);
+      } else if (cluster > 1) {
+        launch_attention<true, 2, true>(grid, smem, stream, part);
       } else {
         launch_attention<true, 2>(grid, smem, stream, part);
       }
     } else if (serial) {
       launch_attention<false, 1>(grid, smem, stream, part);
+    } else if (cluster > 1) {
+      launch_attention<true, 1, true>(grid, smem, stream, part);
     } else {
       launch_attention<true, 1>(grid, smem, stream, part);
     }

@@ -330,6 +330,11 @@ struct AttentionParams {
   int row_base = 0;     // the launch's first batch row: attention() sets it
   int launch_rows = 0;  // the launch's rows: attention() sets it
   int group = 0;        // query heads a block (of one K/V head): attention() sets it
+  int n_splits = 0;     // attention_splits(kv.capacity): attention() sets it
+  // Blocks of a thread-block cluster along the splits (attention() sets it from
+  // SALVO_CUDA_ATTENTION_CLUSTER; 0: none): rows whose keys span 2 to `cluster` splits merge them
+  // through distributed shared memory instead of partials in global memory and a count.
+  int cluster = 0;
   // What loads before the PDL wait (attention() sets it from SALVO_CUDA_ATTENTION_EARLY): 0
   // nothing, 1 the rows' metadata (host-written), 2 that and an L2 prefetch of the committed K/V
   // rows the block will read (written by earlier steps, never by the kernel before this one).
