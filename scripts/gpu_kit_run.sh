@@ -3,7 +3,8 @@
 # from the repository root of the device's copy of the tree.
 #   run.sh start N   first call (carries the kit): unpack, start the job, wait N s
 #   run.sh piece     a call carrying one model piece (.gpu/q/qNN or .gpu/d/dN), or KIT.alt
-#   run.sh status N  wait N s, print the job's progress and summary; logs.tgz into $OUT
+#   run.sh status N  wait up to N s (until the job is done), print the job's progress and
+#                    summary; logs.tgz into $OUT
 # The job (in the background): random Qwen2.5-1.5B and 7B shapes (Q4_K_M) generated there; the
 # CUDA tests (ops, model and DFlash on the random 1.5B) for every A/B form of ab.conf; then
 # `salvo bench` sweeps (-p 512 -n 128, k-row passes 1-64 at a 512-token context) of every form
@@ -312,7 +313,13 @@ for r in map(json.loads, open(sys.argv[1])):
   exit 0
 fi
 
-[[ $2 =~ ^[0-9]+$ ]] && sleep "$2"
+# Up to N s, less once the job is done (an idle wait still costs device time).
+if [[ $2 =~ ^[0-9]+$ ]]; then
+  for ((waited = 0; waited < $2; waited += 5)); do
+    grep -q "job done" $W/logs/job.log 2>/dev/null && break
+    sleep $(($2 - waited < 5 ? $2 - waited : 5))
+  done
+fi
 echo "$(date +%T) | pieces $(ls $W/p | wc -l) | real $([ -f $W/m/real.ok ] && echo yes) |" \
   "drafter $([ -f $W/drafter.ok ] && echo yes)"
 tail -n 4 $W/logs/job.log 2>/dev/null
