@@ -5,6 +5,10 @@
 # (its KIT_* words ignored but KIT_BIN=alt, which takes KIT.alt's salvo), alternated twice; a
 # line a form, shape and run. About 3 minutes on an H100:
 #   bash KIT/quick.sh      carry [KIT] or [KIT, KIT.alt]   (timeout_s a little under the budget)
+# QUICK_CTX="127 128 512": instead, each form's 1- and 16-row passes (no tg128 / pp512) at those
+# verification contexts on both shapes (a 1-row pass at context C sees C + 1 keys, 128 keys an
+# attention split: 127 against 128 times the step to a merged split). QUICK_OPS=0: no
+# cuda_ops_test (a form that changes no kernel).
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/quick
@@ -24,8 +28,10 @@ for shape in 7b:r7 1.5b:r15; do
     --tokenizer "$kit"/qwen2.gguf --out $W/${shape#*:}.gguf >$W/gen_${shape#*:}.log 2>&1
   touch $W/${shape#*:}.ok) &
 done
-(cd $W && timeout 120 ./bin/cuda_ops_test >$W/ops.log 2>&1; echo "cuda_ops_test rc $?")
-grep -E "^\[  (FAILED|PASSED) " $W/ops.log | head -8
+if [ "${QUICK_OPS:-1}" != 0 ]; then
+  (cd $W && timeout 120 ./bin/cuda_ops_test >$W/ops.log 2>&1; echo "cuda_ops_test rc $?")
+  grep -E "^\[  (FAILED|PASSED) " $W/ops.log | head -8
+fi
 while [ ! -f $W/r7.ok ] || [ ! -f $W/r15.ok ]; do sleep 1; done
 tail -qn 1 $W/gen_r7.log $W/gen_r15.log
 # One line of a form's figures: pp512 and tg128 where run, then each pass's ms by rows.
@@ -33,6 +39,25 @@ line() {
   echo "$(echo "$1" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
     "$(echo "$1" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
 }
+# The 1- and 16-row passes of each form at each context of QUICK_CTX.
+if [ -n "${QUICK_CTX:-}" ]; then
+  for rep in 1 2; do
+    while read -r name words; do
+      [ -n "$name" ] || continue
+      vars=$(echo "$words" | tr ' ' '\n' | grep -v '^KIT_' | tr '\n' ' ')
+      bin=$W/bin
+      if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
+      for m in r15 r7; do
+        for c in $QUICK_CTX; do
+          out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/$m.gguf -p 0 -n 0 \
+            -r 3 --verify --verify-rows 1,16 --verify-context $c 2>&1)
+          echo "$name $rep $m ctx $c: $(line "$out")"
+        done
+      done
+    done <"$kit"/ab.conf
+  done
+  exit 0
+fi
 for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
