@@ -11,6 +11,7 @@
 #include <string>
 
 #include "backends/cuda/kernels.h"
+#include "backends/cuda/l2_prefetch.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/mma.cuh"
 #include "backends/cuda/q8.cuh"
@@ -581,28 +582,14 @@ __device__ __forceinline__ void prefetch_committed(const AttentionParams& p,
   }
 }
 
-// The block's share of p.l2_prefetch_bytes asked into L2 (bulk prefetches of up to 16 KB, one
-// a thread): the grid's blocks cover the range in order. Weights are never a kernel's output, so
-// it goes before the wait, and it changes no value computed. After the wait it lost (session 64,
-// H100, random 7B at 10%: tg128 377.3, 379.2 against 385.1, 384.8 tok/s before it).
+// The block's share of p.l2_prefetch_bytes asked into L2 (prefetch_l2). After the wait it lost
+// (session 64, H100, random 7B at 10%: tg128 377.3, 379.2 against 385.1, 384.8 tok/s before it).
 __device__ __forceinline__ void prefetch_weights(const AttentionParams& p) {
-#if __CUDA_ARCH__ >= 900
-  if (p.l2_prefetch_bytes <= 0) return;
-  constexpr int64_t kPiece = 16 << 10;
+  if (p.l2_prefetch_bytes <= 0) return;  // before the indices: 80 registers, not 84
   const int64_t blocks = static_cast<int64_t>(gridDim.x) * gridDim.y * gridDim.z;
   const int64_t block =
       (static_cast<int64_t>(blockIdx.z) * gridDim.y + blockIdx.y) * gridDim.x + blockIdx.x;
-  const int64_t share = (p.l2_prefetch_bytes / blocks + 15) & ~int64_t{15};
-  const int64_t begin = block * share, end = min(p.l2_prefetch_bytes, begin + share);
-  for (int64_t at = begin + threadIdx.x * kPiece; at < end; at += blockDim.x * kPiece) {
-    const uint32_t bytes = static_cast<uint32_t>(min(kPiece, end - at)) & ~15u;
-    if (bytes == 0) break;
-    asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(
-                     static_cast<const char*>(p.l2_prefetch) + at),
-                 "r"(bytes)
-                 : "memory");
-  }
-#endif
+  prefetch_l2(p.l2_prefetch, p.l2_prefetch_bytes, block, blocks);
 }
 
 // The block's partials of a cluster's merge: behind the scratch that split_partial's warps use
