@@ -567,9 +567,10 @@ TEST_F(CudaOps, MatmulGroupMatchesSingleLaunchesAndIsRowInvariant) {
 // double-precision dot product of the fp16-rounded activations (the weights' fp16 scales and
 // fp16 dequantization add ~1e-7), and row invariance: every row bit-identical to a launch of
 // that row alone, at every n tile count (1-8 rows to 33-64), across 64-row pieces and with k
-// split across blocks (the 8192-wide shape). A partial 16-row tile at 40 outputs; the largest
-// scales near 1e-5 (the packing's power of two keeps them clear of fp16's subnormals). Groups
-// of three match their single launches and are row invariant too.
+// split across blocks (the 8192-wide shape), the splits added through global memory or in a
+// cluster. A partial 16-row tile at 40 outputs; the largest scales near 1e-5 (the packing's
+// power of two keeps them clear of fp16's subnormals). Groups of three match their single
+// launches and are row invariant too.
 TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
   struct Shape {
     int64_t n_in, n_out;
@@ -578,7 +579,7 @@ TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
   };
   const Shape shapes[] = {{512, 96, {1, 2, 5, 8, 9, 16, 17, 33, 64, 100}, 1.0f},
                           {1792, 40, {1, 3, 8, 9}, 1.0f},
-                          {8192, 40, {1, 8, 17, 70}, 1.0f},
+                          {8192, 40, {1, 8, 16, 17, 70}, 1.0f},
                           {512, 3000, {1, 12}, 1.0f},
                           {512, 48, {1, 3}, 1e-4f}};
   for (const Shape& shape : shapes) {
@@ -625,6 +626,15 @@ TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
         const auto y = dy.host();
         EXPECT_LT(nmse(y, reference_matmul(wf, x, bias, n_rows, n_out, n_in)), 2e-6);
         expect_rows_alone_equal(p, y);
+        // The k splits added up in a thread-block cluster (the 8192-wide shape's 8 splits at
+        // 1-8 and 16 rows): the same bits.
+        Dev<float> dy_cluster(n_rows * n_out);
+        cuda::MatmulParams clustered = p;
+        clustered.y = dy_cluster.ptr;
+        setenv("SALVO_HALF_CLUSTER", "1", 1);
+        cuda::matmul(clustered, nullptr);
+        unsetenv("SALVO_HALF_CLUSTER");
+        EXPECT_EQ(dy_cluster.host(), y);
       }
     }
   }

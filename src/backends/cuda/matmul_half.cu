@@ -27,6 +27,7 @@
 // s W + w, + W S, ...; the warps' sums are added in warp order and the splits' in split order
 // by the last block to arrive. W and S depend on the shape alone, and the mma computes each
 // activation row's column on its own, so a row's bits do not depend on the rows beside it.
+#include <cooperative_groups.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -242,6 +243,10 @@ struct HalfGroup {
 // (tile_sums_bulk).
 constexpr int kBulk3 = 4, kBulk4 = 8;
 constexpr int kBulkForms = kBulk3 | kBulk4;
+// kClusterSplits: a tile's k splits are the blocks of a thread-block cluster (1 x splits), and
+// split 0 adds the others' sums from their shared memory (SALVO_HALF_CLUSTER=1, half_cluster()).
+constexpr int kClusterSplits = 16;
+constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <int Form>
 constexpr int bulk_depth() {
   return (Form & kBulk4) != 0 ? 4 : 3;
@@ -543,8 +548,41 @@ __device__ __forceinline__ void tile_work(const HalfGroup& grp, const HalfPart& 
   }
   __shared__ float red[kMaxWarps][4][32];
   add_warps<NT>(acc, red, warp, lane, W);
+  if constexpr ((Form & kClusterSplits) != 0) {
+    static_assert(NT <= kMaxWarps, "a block's sums fit red");
+    // The global form's sums in the same order (split 0's, then each other split's added), from
+    // the cluster's shared memory: no partials in global memory, fence or count.
+    if (n_split > 1) {
+      namespace cg = cooperative_groups;
+      const cg::cluster_group cluster = cg::this_cluster();
+      float* mine = &red[0][0][0];  // free after add_warps: [NT * 4][32]
+      if (warp == 0) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) mine[(nt * 4 + i) * 32 + lane] = acc[nt][i];
+        }
+      }
+      cluster.sync();  // every split's sums written and visible to the cluster
+      if (ks == 0 && warp == 0) {
+#pragma unroll
+        for (int nt = 0; nt < NT; ++nt) {
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            float v = acc[nt][i];
+            for (int sp = 1; sp < n_split; ++sp) {
+              v = __fadd_rn(v, cluster.map_shared_rank(mine, sp)[(nt * 4 + i) * 32 + lane]);
+            }
+            acc[nt][i] = v;
+          }
+        }
+      }
+      cluster.sync();  // no block leaves while split 0 may still read its shared memory
+      if (ks != 0) return;
+    }
+  }
   if (warp != 0) return;
-  if (n_split > 1) {
+  if ((Form & kClusterSplits) == 0 && n_split > 1) {
     const int gtile = blockIdx.x;
     float* mine = grp.partial + (static_cast<int64_t>(gtile) * n_split + ks) * (NT * 4 * 32);
 #pragma unroll
@@ -635,9 +673,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel(HalfGroup grp) {
 // gone from 5.50 to 5.84 ms), another H100 of the same session, this build / session 56's,
 // alternated: tg128 375.3, 380.8 / 373.1, 381.0 tok/s, 1 row 2.658, 2.678 / 2.675, 2.677 ms, 32
 // rows 5.527, 5.506 / 5.539, 5.512.
-template <class F>
+template <class F, int Form = 0>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_1(HalfGroup grp) {
-  half_tiles<F, 1, false>(grp);
+  half_tiles<F, 1, false, Form>(grp);
 }
 
 // The 1-8-row form with the weights through bulk copies (SALVO_HALF_BULK=3|4: kBulk3, kBulk4).
@@ -650,9 +688,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) half_kernel_b(HalfGroup grp) {
 // gave the Q4_K form 136 once the fused norms' factor was gone, and the 7B's 12- and 16-row
 // passes lost 9% to the lower occupancy (session 34). The other forms are left to ptxas: a bound
 // on them moved the 32- and 64-row forms to 222-255 registers.
-template <class F>
+template <class F, int Form = 0>
 __global__ void __launch_bounds__(kMaxWarps * 32, 2) half_kernel_16(HalfGroup grp) {
-  half_tiles<F, 2, false>(grp);
+  half_tiles<F, 2, false, Form>(grp);
 }
 
 __global__ void half_frags_kernel(const float* x, int64_t n_rows, int64_t n_in, int64_t n,
@@ -719,6 +757,12 @@ bool half_early() {
   static const bool on = env_on("SALVO_HALF_EARLY");
   return on;
 }
+// SALVO_HALF_CLUSTER=1 (an A/B form, off by default): the 1-8- and 16-row launches whose tiles
+// take 2 to 8 k splits add them up in a cluster (kClusterSplits) instead of through global
+// memory, a fence and a count: those launches are short latency chains (session 64's trace,
+// random 1.5B, 1-row pass: the down projection's 3 splits a tile, 8.2 us for 7.7 MB of Q4_K, 30%
+// of HBM's pace). Read at every launch, so that a test runs both forms (a graph captures it once).
+bool half_cluster() { return env_int("SALVO_HALF_CLUSTER", 0) != 0; }
 // SALVO_HALF_BULK=3 or 4 (an A/B form): 1-8-row launches take the weights through a ring of that
 // many chunks a warp (tile_sums_bulk), before the staged form of 5-8 rows. Session 58 on an H100
 // (random 7B, one row): slower as a whole (1-row pass 2.84 / 2.86 ms against 2.74), but per
@@ -827,7 +871,13 @@ void allow_stage_smem() {
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
+  const bool cluster = half_cluster() && grp.splits > 1 && grp.splits <= kMaxClusterSplits;
+  const dim3 splits(1, grp.splits, 1);
   if constexpr (NT == 2) {
+    if (cluster) {
+      return launch_cluster(half_kernel_16<F, kClusterSplits>, grid, splits, 32 * warps, 0, stream,
+                            grp);
+    }
     launch(half_kernel_16<F>, grid, 32 * warps, 0, stream, grp);
   } else if constexpr (NT == 1) {
     if (const int depth = half_bulk<F>(grp); depth != 0) {
@@ -839,6 +889,10 @@ void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
     if (stage_rows(grp.n_rows)) {
       allow_stage_smem();
       return launch(half_kernel<F, 1, true>, grid, 32 * warps, stage_bytes(warps), stream, grp);
+    }
+    if (cluster) {
+      return launch_cluster(half_kernel_1<F, kClusterSplits>, grid, splits, 32 * warps, 0, stream,
+                            grp);
     }
     launch(half_kernel_1<F>, grid, 32 * warps, 0, stream, grp);
   } else {
