@@ -61,9 +61,8 @@ __global__ void __launch_bounds__(kT)
   if (early_w) load_w();
   pdl_enter();
   if (!early_w) load_w();
-    // After the wait: before it the prefetch would compete with the previous launch's weights
-    // (the down projection, which streams at HBM's pace).
-#pragma unroll
+  // After the wait: before it the prefetch would compete with the previous launch's weights
+  // (the down projection, which streams at HBM's pace).
   for (int r = 0; r < L2Ranges::kMax; ++r) prefetch_l2(pf.ptr[r], pf.bytes[r], row, gridDim.x);
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
