@@ -39,25 +39,6 @@ line() {
   echo "$(echo "$1" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
     "$(echo "$1" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
 }
-# The 1- and 16-row passes of each form at each context of QUICK_CTX.
-if [ -n "${QUICK_CTX:-}" ]; then
-  for rep in 1 2; do
-    while read -r name words; do
-      [ -n "$name" ] || continue
-      vars=$(echo "$words" | tr ' ' '\n' | grep -v '^KIT_' | tr '\n' ' ')
-      bin=$W/bin
-      if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
-      for m in r15 r7; do
-        for c in $QUICK_CTX; do
-          out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/$m.gguf -p 0 -n 0 \
-            -r 3 --verify --verify-rows 1,16 --verify-context $c 2>&1)
-          echo "$name $rep $m ctx $c: $(line "$out")"
-        done
-      done
-    done <"$kit"/ab.conf
-  done
-  exit 0
-fi
 for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
@@ -65,6 +46,16 @@ for rep in 1 2; do
     bin=$W/bin
     if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
     [ -x $bin/salvo ] || { echo "$name: no $bin/salvo (carry KIT.alt)"; continue; }
+    if [ -n "${QUICK_CTX:-}" ]; then  # the 1- and 16-row passes at each context
+      for m in r15 r7; do
+        for c in $QUICK_CTX; do
+          out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/$m.gguf -p 0 -n 0 \
+            -r 3 --verify --verify-rows 1,16 --verify-context $c 2>&1)
+          echo "$name $rep $m ctx $c: $(line "$out")"
+        done
+      done
+      continue
+    fi
     out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r7.gguf -p 512 -n 128 \
       -r 3 --verify --verify-rows 1,16,64 --verify-context 512 2>&1)
     echo "$name $rep r7: $(line "$out")"
