@@ -464,19 +464,41 @@ __device__ __forceinline__ int used_splits(const RowMeta& rm, int n_splits) {
 // Merges the splits of the block's rows (launch rows row0 + r, r < n_here; of the block's group)
 // in order into out (and its int8 and fp16 forms), per head. Splits at or beyond a row's last
 // possible key hold no partial (or an empty one, l = 0), so its merge stops before them (a
-// 4096-slot cache has 32 splits; a short context uses one). The partials come from other blocks
-// of this launch: read past L1 (__ldcg), which is not coherent between SMs.
+// 4096-slot cache has 32 splits; a short context uses one). `partial(r, h, s, i)` reads element i
+// (0: max, 1: sum, 2 + d: output element d) of row r's head h in split s: GlobalPartials, from
+// other blocks of this launch, or ClusterPartials, from the shared memory of the cluster's.
 //
 // Two rounds of loads for all the rows: every split's (max, sum) at once, then every split's
 // output element; a head's split weights exp(m_s - m_all) are computed once, in split order, by
 // one thread (the same operations in the same order as an element's own loop would do them). A
 // merge that read them per element waited on several dependent rounds of L2 loads a split.
 constexpr int kMergeMaxSplits = 256;  // 32768 slots; wider caches take the per-element loop
-template <int kRows>
+
+// The partials in global memory, read past L1 (__ldcg), which is not coherent between SMs.
+struct GlobalPartials {
+  const AttentionParams& p;
+  int row0, head0, n_splits;
+  __device__ float operator()(int r, int h, int s, int i) const {
+    const int64_t row_head = static_cast<int64_t>(row0 + r) * p.n_head + head0 + h;
+    return __ldcg(p.partial + (row_head * n_splits + s) * (2 + p.head_dim_v) + i);
+  }
+};
+// The partials of a cluster's blocks, each in its own shared memory ([row][head][2 + dim_v] at
+// the same offset `local` in every block; split s is the cluster's block s).
+struct ClusterPartials {
+  const float* local;
+  int group, width;
+  __device__ float operator()(int r, int h, int s, int i) const {
+    return cooperative_groups::this_cluster().map_shared_rank(local + (r * group + h) * width,
+                                                              s)[i];
+  }
+};
+
+template <int kRows, class Partials>
 __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
-                             int row0, int n_splits, float* scratch) {
+                             int row0, int n_splits, float* scratch, const Partials& partial) {
   const int group = p.group, head0 = blockIdx.x * group;
-  const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
+  const int dim_v = p.head_dim_v;
   int n_used[kRows], max_used = 0;
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
@@ -484,11 +506,6 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
     max_used = max(max_used, n_used[r]);
   }
   auto used = [&](int r) { return kRows == 1 || r == 0 ? n_used[0] : n_used[kRows - 1]; };
-  // Row r's head head0 + h, split s: partial + ((row0 + r) n_head + head0 + h) n_splits + s.
-  auto at = [&](int r, int h, int s) {
-    return p.partial +
-           ((static_cast<int64_t>(row0 + r) * p.n_head + head0 + h) * n_splits + s) * partial_width;
-  };
   if (max_used <= kMergeMaxSplits) {
     const int per_row = group * max_used;  // [row][head][split] each
     float* split_m = scratch;
@@ -498,9 +515,8 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
     for (int i = threadIdx.x; i < n_here * per_row; i += blockDim.x) {
       const int r = kRows == 1 ? 0 : i / per_row, h = i / max_used % group, s = i % max_used;
       if (s >= used(r)) continue;
-      const float* ps = at(r, h, s);
-      split_m[i] = __ldcg(ps);
-      split_l[i] = __ldcg(ps + 1);
+      split_m[i] = partial(r, h, s, 0);
+      split_l[i] = partial(r, h, s, 1);
     }
     __syncthreads();
     if (threadIdx.x < n_here * group) {
@@ -525,7 +541,7 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
       float o = 0.0f;
 #pragma unroll 4
       for (int s = 0; s < n; ++s) {
-        const float v = __ldcg(at(r, h, s) + 2 + d);
+        const float v = partial(r, h, s, 2 + d);
         if (split_l[h0 + s] > 0.0f) o = __fmaf_rn(v, split_w[h0 + s], o);
       }
       write_output(p, head0 + h, p.row_base + row0 + r, d,
@@ -538,17 +554,18 @@ __device__ void merge_splits(const AttentionParams& p, const RowMeta (&rm)[kRows
     const int n = used(r);
     float m_all = -FLT_MAX;
     for (int s = 0; s < n; ++s) {
-      if (__ldcg(at(r, h, s) + 1) > 0.0f) m_all = fmaxf(m_all, __ldcg(at(r, h, s)));
+      if (partial(r, h, s, 1) > 0.0f) m_all = fmaxf(m_all, partial(r, h, s, 0));
     }
     float l_all = 0.0f;
     for (int s = 0; s < n; ++s) {
-      const float l = __ldcg(at(r, h, s) + 1);
-      if (l > 0.0f) l_all = __fmaf_rn(l, __expf(__ldcg(at(r, h, s)) - m_all), l_all);
+      const float l = partial(r, h, s, 1);
+      if (l > 0.0f) l_all = __fmaf_rn(l, __expf(partial(r, h, s, 0) - m_all), l_all);
     }
     float o = 0.0f;
     for (int s = 0; s < n; ++s) {
-      const float* ps = at(r, h, s);
-      if (__ldcg(ps + 1) > 0.0f) o = __fmaf_rn(__ldcg(ps + 2 + d), __expf(__ldcg(ps) - m_all), o);
+      if (partial(r, h, s, 1) > 0.0f) {
+        o = __fmaf_rn(partial(r, h, s, 2 + d), __expf(partial(r, h, s, 0) - m_all), o);
+      }
     }
     write_output(p, head0 + h, p.row_base + row0 + r, d, __fdiv_rn(o, l_all));
   }
@@ -592,77 +609,27 @@ __device__ __forceinline__ void prefetch_weights(const AttentionParams& p) {
   prefetch_l2(p.l2_prefetch, p.l2_prefetch_bytes, block, blocks);
 }
 
-// The block's partials of a cluster's merge: behind the scratch that split_partial's warps use
-// (attention_smem() counts them when p.cluster > 1).
-template <int kRows>
-__device__ __forceinline__ float* cluster_partial(const AttentionParams& p, int32_t* slots) {
-  const int floats = max(kWarps * kRows * p.group * p.head_dim_v,
-                         3 * kRows * p.group * min(p.n_splits, kMergeMaxSplits));
-  return block_scratch<kRows>(p, slots) + floats;
+// The floats behind a block's slots: the warps' outputs, which the merge's split arrays reuse.
+__host__ __device__ inline int64_t scratch_floats(int rows_a_block, int group, int head_dim_v,
+                                                  int n_splits) {
+  const int64_t outputs = int64_t{kWarps} * rows_a_block * group * head_dim_v;
+  const int64_t merge =
+      3ll * rows_a_block * group * (n_splits < kMergeMaxSplits ? n_splits : kMergeMaxSplits);
+  return outputs > merge ? outputs : merge;
 }
 
-// merge_splits' arithmetic, in the same order, over the partials of the cluster's blocks (split
-// s at rank s): the same bits, without the global partials, the fence, the count and the L2
-// round trips a merge through global memory waits on (session 64 on an H100: a row's second
-// split cost a 1-row pass of the random 1.5B 54 us, 1.9 us a layer, and its 16-row pass 76 us).
+// The block's partials of a cluster's merge, behind that scratch (attention_smem() counts them
+// when p.cluster > 1).
 template <int kRows>
-__device__ void merge_cluster(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
-                              const float* local, float* scratch) {
-  namespace cg = cooperative_groups;
-  const cg::cluster_group cluster = cg::this_cluster();
-  const int group = p.group, head0 = blockIdx.x * group, row0 = kRows * blockIdx.y;
-  const int dim_v = p.head_dim_v, partial_width = 2 + dim_v;
-  int n_used[kRows];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) n_used[r] = r < n_here ? used_splits(rm[r], p.n_splits) : 0;
-  auto used = [&](int r) { return kRows == 1 || r == 0 ? n_used[0] : n_used[kRows - 1]; };
-  float* split_w = scratch;  // [row][head][kMaxCluster]
-  float* split_l = split_w + kRows * kMaxGroup * kMaxCluster;
-  __shared__ float l_shared[kRows * kMaxGroup];
-  if (threadIdx.x < n_here * group) {
-    const int r = kRows == 1 ? 0 : threadIdx.x / group, n = used(r);
-    const float* mine = local + threadIdx.x * partial_width;  // (r group + h) partial_width
-    float m[kMaxCluster], l[kMaxCluster];
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      if (s >= n) break;
-      const float* ps = cluster.map_shared_rank(mine, s);
-      m[s] = ps[0];
-      l[s] = ps[1];
-    }
-    float m_all = -FLT_MAX;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      if (s < n && l[s] > 0.0f) m_all = fmaxf(m_all, m[s]);
-    }
-    float l_all = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      if (s >= n) break;
-      const float w = __expf(m[s] - m_all);
-      if (l[s] > 0.0f) l_all = __fmaf_rn(l[s], w, l_all);
-      split_w[threadIdx.x * kMaxCluster + s] = w;
-      split_l[threadIdx.x * kMaxCluster + s] = l[s];
-    }
-    l_shared[r * kMaxGroup + threadIdx.x % group] = l_all;
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < n_here * group * dim_v; e += blockDim.x) {
-    const int r = kRows == 1 ? 0 : e / (group * dim_v), h = e / dim_v % group, d = e % dim_v;
-    const int i = e / dim_v, n = used(r);  // i: r group + h
-    float o = 0.0f;
-#pragma unroll
-    for (int s = 0; s < kMaxCluster; ++s) {
-      if (s >= n) break;
-      const float v = cluster.map_shared_rank(local + i * partial_width, s)[2 + d];
-      if (split_l[i * kMaxCluster + s] > 0.0f) o = __fmaf_rn(v, split_w[i * kMaxCluster + s], o);
-    }
-    write_output(p, head0 + h, p.row_base + row0 + r, d, __fdiv_rn(o, l_shared[r * kMaxGroup + h]));
-  }
+__device__ __forceinline__ float* cluster_partial(const AttentionParams& p, int32_t* slots) {
+  return block_scratch<kRows>(p, slots) + scratch_floats(kRows, p.group, p.head_dim_v, p.n_splits);
 }
 
 // The first cluster's blocks (splits 0 .. p.cluster - 1; those past n_used compute nothing)
-// write their partials to their own shared memory, and block 0 merges them once all have.
+// write their partials to their own shared memory, and block 0 merges them once all have: the
+// same arithmetic as through global memory, without the global partials, the fence, the count
+// and the L2 round trips that merge waits on (session 64 on an H100: a row's second split cost a
+// 1-row pass of the random 1.5B 54 us, 1.9 us a layer, and its 16-row pass 76 us).
 template <int kRows>
 __device__ void cluster_splits(const AttentionParams& p, const RowMeta (&rm)[kRows], int n_here,
                                const BatchEntry& mine, int n_used, int32_t* slots) {
@@ -673,7 +640,11 @@ __device__ void cluster_splits(const AttentionParams& p, const RowMeta (&rm)[kRo
     split_partial<kRows>(p, rm, n_here, mine, false, slots, local);
   }
   cluster.sync();  // every partial written and visible to the cluster
-  if (blockIdx.z == 0) merge_cluster<kRows>(p, rm, n_here, local, block_scratch<kRows>(p, slots));
+  if (blockIdx.z == 0) {
+    merge_splits<kRows>(p, rm, n_here, kRows * blockIdx.y, p.n_splits,
+                        block_scratch<kRows>(p, slots),
+                        ClusterPartials{local, p.group, 2 + p.head_dim_v});
+  }
   cluster.sync();  // no block leaves while block 0 may still read its shared memory
 }
 
@@ -723,7 +694,9 @@ __global__ void __launch_bounds__(kWarps * 32, 2) attention_kernel(AttentionPara
   if (kSkip && n_used == 1) return split_partial<kRows>(p, rm, n_here, mine, true, slots);
   split_partial<kRows>(p, rm, n_here, mine, false, slots);
   if (last_to_arrive(p.split_counts + blockIdx.y * p.n_head + blockIdx.x * p.group, n_used)) {
-    merge_splits<kRows>(p, rm, n_here, row0, p.n_splits, block_scratch<kRows>(p, slots));
+    merge_splits<kRows>(
+        p, rm, n_here, row0, p.n_splits, block_scratch<kRows>(p, slots),
+        GlobalPartials{p, row0, static_cast<int>(blockIdx.x) * p.group, p.n_splits});
   }
 }
 
@@ -827,9 +800,7 @@ int head_group(int n_head, int n_head_kv, int n_rows) {
 // merge puts the block's partials behind them (cluster_partial()).
 size_t attention_smem(int n_rows, int rows_a_block, int group, int head_dim_v, int n_splits,
                       int cluster) {
-  size_t floats =
-      std::max<size_t>(static_cast<size_t>(kWarps) * rows_a_block * group * head_dim_v,
-                       3ull * rows_a_block * group * std::min(n_splits, kMergeMaxSplits));
+  size_t floats = scratch_floats(rows_a_block, group, head_dim_v, n_splits);
   if (cluster > 1) floats += static_cast<size_t>(rows_a_block) * group * (2 + head_dim_v);
   return (static_cast<size_t>(rows_a_block) * ((n_rows + 3) & ~3) + floats) * sizeof(float);
 }
