@@ -92,7 +92,6 @@ constexpr int kMaxGroup = 8;            // query heads a row of a block: 8 of th
 constexpr int kDimsPerRound = 128;      // elements of K (V) rows whose loads a warp issues at once
 constexpr int kMinBlocksPerSplit = 32;  // head_group()
 constexpr int kMaxHeadDim = 256;
-constexpr int kMaxCluster = 8;  // portable cluster size
 
 // What a block needs of its rows and of the batch rows they may see, loaded in one round at the
 // kernel's start: each dependent round of loads (the row's sequence, then that sequence's
@@ -846,7 +845,7 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // clusters of C, the grid's splits padded to a multiple of C, so that rows whose keys span 2 to C
   // splits merge them through distributed shared memory (cluster_splits()); not with the serial
   // kernel, whose blocks all take their turn at the count.
-  int cluster = std::clamp(env_int("SALVO_CUDA_ATTENTION_CLUSTER", 0), 0, kMaxCluster);
+  int cluster = std::clamp(env_int("SALVO_CUDA_ATTENTION_CLUSTER", 0), 0, kMaxPortableCluster);
   if (serial || cluster < 2 || n_splits < 2) cluster = 0;
   if (attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits, cluster) >
       kMaxSmem) {

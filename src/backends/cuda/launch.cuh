@@ -82,6 +82,9 @@ inline bool pdl_enabled() {
   return on;
 }
 
+// Blocks a thread-block cluster may hold without the non-portable size attribute.
+constexpr int kMaxPortableCluster = 8;
+
 // launch() in thread-block clusters of `cluster` blocks (1 x 1 x 1: none; grid a multiple of it).
 template <class... Params, class... Args>
 void launch_cluster(void (*kernel)(Params...), dim3 grid, dim3 cluster, dim3 block, size_t smem,

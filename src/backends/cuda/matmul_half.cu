@@ -246,7 +246,6 @@ constexpr int kBulkForms = kBulk3 | kBulk4;
 // kClusterSplits: a tile's k splits are the blocks of a thread-block cluster (1 x splits), and
 // split 0 adds the others' sums from their shared memory (SALVO_HALF_CLUSTER=1, half_cluster()).
 constexpr int kClusterSplits = 16;
-constexpr int kMaxClusterSplits = 8;  // portable cluster size
 template <int Form>
 constexpr int bulk_depth() {
   return (Form & kBulk4) != 0 ? 4 : 3;
@@ -871,7 +870,7 @@ void allow_stage_smem() {
 template <class F, int NT>
 void launch_nt(const HalfGroup& grp, int warps, cudaStream_t stream) {
   const dim3 grid(grp.first[grp.n], grp.splits);
-  const bool cluster = half_cluster() && grp.splits > 1 && grp.splits <= kMaxClusterSplits;
+  const bool cluster = half_cluster() && grp.splits > 1 && grp.splits <= kMaxPortableCluster;
   const dim3 splits(1, grp.splits, 1);
   if constexpr (NT == 2) {
     if (cluster) {
