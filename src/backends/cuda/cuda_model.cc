@@ -165,25 +165,6 @@ struct DeviceLayer {
   DeviceLinear ffn_down;
 };
 
-// SALVO_CUDA_QKV_PREFETCH=P (an A/B form, 0 by default): the norm before attention asks P
-// percent of each kHalf Q, K and V matrix into L2 after its wait, for a pass of up to 64 rows, so
-// that the Q/K/V launch after it reads them from there. That launch streams at ~40% of HBM's
-// pace (session 64's trace, random 7B: 9.7 MB in 7.5-10 us, against 36 us for gate/up's 85 MB),
-// and the norm is a latency chain that keeps HBM idle.
-L2Ranges qkv_prefetch(const DeviceLayer& l, int n_rows) {
-  static const int percent = std::clamp(env_int("SALVO_CUDA_QKV_PREFETCH", 0), 0, 100);
-  L2Ranges r;
-  if (percent == 0 || n_rows > 64) return r;
-  const MatmulParams* m[] = {&l.wq.shape, &l.wk.shape, &l.wv.shape};
-  for (int i = 0; i < 3; ++i) {
-    if (m[i]->w == nullptr || m[i]->variant != MatmulVariant::kHalf) continue;
-    r.ptr[i] = m[i]->w;
-    r.bytes[i] =
-        (half_packed_bytes(m[i]->type, m[i]->n_out, m[i]->n_in) * percent / 100) & ~int64_t{15};
-  }
-  return r;
-}
-
 // The device rows of one KvCache: [n_layer][n_seq][capacity][width] fp16 values for K and for V
 // (KvLayerView).
 class DeviceKvCache : public KvCacheMirror {
@@ -656,8 +637,7 @@ class CudaModel : public Model {
       // and so is the int8 form of the norm's output that the Q/K/V matmuls read.
       const Q8Out hq = q8_for(n, {&l.wq, &l.wk, &l.wv});
       if (runs("norm")) {
-        rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_,
-                    qkv_prefetch(l, n));
+        rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
       }
       // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
       // passes get Q and K in the heads' order for rope_store_kv).

@@ -45,13 +45,6 @@ struct Q8Out {
   int64_t meta_stride = 0;
   uint16_t* h = nullptr;
 };
-// Byte ranges of later launches' weights that a kernel of a latency chain asks into L2 while HBM
-// idles (never read by that kernel; 0 bytes: none).
-struct L2Ranges {
-  static constexpr int kMax = 3;
-  const void* ptr[kMax] = {};
-  int64_t bytes[kMax] = {};
-};
 // Where element k of row r of an [n_rows, n_in] input sits in kHalf's fp16 activations: the B
 // fragments of mma.m16n8k16 for 8 rows at a time, [r / 8][k / 32][lane][8 halves], so that a
 // lane reads the registers of two k16 steps as one 16-byte load. n_in a multiple of 32.
@@ -256,10 +249,8 @@ void add_rms_norm(float* x, const float* h, const float* w, float* out, int64_t 
                   float eps, cudaStream_t stream);
 // The fused forms, each with the int8 copy of its output for the next matmul (quantize_rows'
 // bits; dim a multiple of 32). h null: out = rms_norm(x) * w, x unchanged; else x += h first.
-// pf: the next launch's weights, asked into L2 after the kernel's wait (the Q/K/V matrices'
-// before attention; SALVO_CUDA_QKV_PREFETCH, cuda_model.cc).
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
-                 float eps, const Q8Out& q, cudaStream_t stream, const L2Ranges& pf = {});
+                 float eps, const Q8Out& q, cudaStream_t stream);
 // gate = act(gate) * up over [n_rows, width] (width a multiple of 32), and its int8 copy.
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
                   const Q8Out& q, cudaStream_t stream);

@@ -7,7 +7,6 @@
 #include "backends/cuda/act.cuh"
 #include "backends/cuda/dequant.cuh"
 #include "backends/cuda/kernels.h"
-#include "backends/cuda/l2_prefetch.cuh"
 #include "backends/cuda/launch.cuh"
 #include "backends/cuda/q8.cuh"
 #include "backends/cuda/rope.cuh"
@@ -44,7 +43,7 @@ constexpr int kMaxPerThread = 8;
 template <int kT>
 __global__ void __launch_bounds__(kT)
     rms_norm_kernel(float* x, const float* h, const float* w, float* out, int dim, float eps,
-                    Q8Out q, bool early_w, L2Ranges pf) {
+                    Q8Out q, bool early_w) {
   const int64_t row = blockIdx.x;
   float* xr = x + row * dim;
   float* yr = out + row * dim;
@@ -61,9 +60,6 @@ __global__ void __launch_bounds__(kT)
   if (early_w) load_w();
   pdl_enter();
   if (!early_w) load_w();
-  // After the wait: before it the prefetch would compete with the previous launch's weights
-  // (the down projection, which streams at HBM's pace).
-  for (int r = 0; r < L2Ranges::kMax; ++r) prefetch_l2(pf.ptr[r], pf.bytes[r], row, gridDim.x);
 #pragma unroll
   for (int j = 0; j < kMaxPerThread; ++j) {
     const int i = threadIdx.x + j * kT;
@@ -111,18 +107,18 @@ bool norm_early_w() {
 
 // The norm kernel's width for a row of dim elements: about four elements a thread.
 void launch_norm(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
-                 float eps, const Q8Out& q, cudaStream_t stream, const L2Ranges& pf = {}) {
+                 float eps, const Q8Out& q, cudaStream_t stream) {
   if (n_rows == 0) return;
   const unsigned grid = static_cast<unsigned>(n_rows);
   const bool early = norm_early_w();
   if (dim <= 4 * 64) {
-    launch(rms_norm_kernel<64>, grid, 64, 0, stream, x, h, w, out, dim, eps, q, early, pf);
+    launch(rms_norm_kernel<64>, grid, 64, 0, stream, x, h, w, out, dim, eps, q, early);
   } else if (dim <= 4 * 256) {
-    launch(rms_norm_kernel<256>, grid, 256, 0, stream, x, h, w, out, dim, eps, q, early, pf);
+    launch(rms_norm_kernel<256>, grid, 256, 0, stream, x, h, w, out, dim, eps, q, early);
   } else if (dim <= 4 * 512) {
-    launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, h, w, out, dim, eps, q, early, pf);
+    launch(rms_norm_kernel<512>, grid, 512, 0, stream, x, h, w, out, dim, eps, q, early);
   } else {
-    launch(rms_norm_kernel<1024>, grid, 1024, 0, stream, x, h, w, out, dim, eps, q, early, pf);
+    launch(rms_norm_kernel<1024>, grid, 1024, 0, stream, x, h, w, out, dim, eps, q, early);
   }
 }
 
@@ -370,8 +366,8 @@ void quantize_rows(const float* x, int64_t n_rows, int64_t n_in, int8_t* q, Q8Me
 }
 
 void rms_norm_q8(float* x, const float* h, const float* w, float* out, int64_t n_rows, int dim,
-                 float eps, const Q8Out& q, cudaStream_t stream, const L2Ranges& pf) {
-  launch_norm(x, h, w, out, n_rows, dim, eps, q, stream, pf);
+                 float eps, const Q8Out& q, cudaStream_t stream) {
+  launch_norm(x, h, w, out, n_rows, dim, eps, q, stream);
 }
 
 void gated_act_q8(GatedAct act, float* gate, const float* up, int64_t n_rows, int width,
