@@ -608,15 +608,15 @@ TEST_F(CudaOps, HalfMatmulMatchesReferenceAndIsRowInvariant) {
         const auto y = dy.host();
         EXPECT_LT(nmse(y, reference_matmul(wf, x, bias, n_rows, n_out, n_in)), 2e-6);
         expect_rows_alone_equal(p, y);
-        // The k splits added up in a thread-block cluster (the 8192-wide shape's 8 splits at
-        // 1-8 and 16 rows): the same bits.
-        Dev<float> dy_cluster(n_rows * n_out);
-        cuda::MatmulParams clustered = p;
-        clustered.y = dy_cluster.ptr;
-        setenv("SALVO_HALF_CLUSTER", "1", 1);
-        cuda::matmul(clustered, nullptr);
+        // The k splits added up through global memory instead of in a thread-block cluster
+        // (the default; the 8192-wide shape's 8 splits at 1-8 and 16 rows): the same bits.
+        Dev<float> dy_global(n_rows * n_out);
+        cuda::MatmulParams global = p;
+        global.y = dy_global.ptr;
+        setenv("SALVO_HALF_CLUSTER", "0", 1);
+        cuda::matmul(global, nullptr);
         unsetenv("SALVO_HALF_CLUSTER");
-        EXPECT_EQ(dy_cluster.host(), y);
+        EXPECT_EQ(dy_global.host(), y);
       }
     }
   }

@@ -844,9 +844,14 @@ void attention(const AttentionParams& p, cudaStream_t stream) {
   // SALVO_CUDA_ATTENTION_CLUSTER=C (2 to 8; an A/B form, 0 by default): the splits' blocks in
   // clusters of C, the grid's splits padded to a multiple of C, so that rows whose keys span 2 to C
   // splits merge them through distributed shared memory (cluster_splits()); not with the serial
-  // kernel, whose blocks all take their turn at the count.
+  // kernel, whose blocks all take their turn at the count. Session 66 on an H100 (random shapes,
+  // `salvo bench -p 0 -n 0 -r 3 --verify --verify-rows 1,16 --verify-context 512`, two
+  // alternations, ms, clusters of 2 / of 8 / none): it wins only the 1.5B's 1-row pass (1.187,
+  // 1.182 / 1.213, 1.224 / 1.226, 1.224) and loses the 7B's (2.647, 2.655 / 2.717 / 2.619,
+  // 2.620; at a 128-token context too) and every 16-row pass (1.5B 1.761 / 2.20 / 1.657; 7B
+  // 3.56-3.61 / 4.17 / 3.47); pp512 -15% with 8.
   int cluster = std::clamp(env_int("SALVO_CUDA_ATTENTION_CLUSTER", 0), 0, kMaxPortableCluster);
-  if (serial || cluster < 2 || n_splits < 2) cluster = 0;
+  if (serial || cluster < 2 || n_splits < 2 || !hopper()) cluster = 0;
   if (attention_smem(p.batch.n_rows, rows_a_block, group, p.head_dim_v, n_splits, cluster) >
       kMaxSmem) {
     rows_a_block = 1;

@@ -68,10 +68,9 @@ __device__ __forceinline__ bool last_to_arrive(int* count, int n) {
   return last;
 }
 
-// SALVO_CUDA_PDL=0 turns the attribute off (for A/B runs); it needs compute capability 9.0.
-inline bool pdl_enabled() {
-  static const bool on = [] {
-    if (!env_on("SALVO_CUDA_PDL")) return false;
+// Compute capability 9.0 or later: PDL and thread-block clusters.
+inline bool hopper() {
+  static const bool yes = [] {
     int dev = 0, major = 0;
     if (cudaGetDevice(&dev) != cudaSuccess) return false;
     if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) {
@@ -79,6 +78,12 @@ inline bool pdl_enabled() {
     }
     return major >= 9;
   }();
+  return yes;
+}
+
+// SALVO_CUDA_PDL=0 turns the attribute off (for A/B runs).
+inline bool pdl_enabled() {
+  static const bool on = env_on("SALVO_CUDA_PDL") && hopper();
   return on;
 }
 

@@ -244,7 +244,7 @@ struct HalfGroup {
 constexpr int kBulk3 = 4, kBulk4 = 8;
 constexpr int kBulkForms = kBulk3 | kBulk4;
 // kClusterSplits: a tile's k splits are the blocks of a thread-block cluster (1 x splits), and
-// split 0 adds the others' sums from their shared memory (SALVO_HALF_CLUSTER=1, half_cluster()).
+// split 0 adds the others' sums from their shared memory (the default: half_cluster()).
 constexpr int kClusterSplits = 16;
 template <int Form>
 constexpr int bulk_depth() {
@@ -756,12 +756,17 @@ bool half_early() {
   static const bool on = env_on("SALVO_HALF_EARLY");
   return on;
 }
-// SALVO_HALF_CLUSTER=1 (an A/B form, off by default): the 1-8- and 16-row launches whose tiles
-// take 2 to 8 k splits add them up in a cluster (kClusterSplits) instead of through global
-// memory, a fence and a count: those launches are short latency chains (session 64's trace,
-// random 1.5B, 1-row pass: the down projection's 3 splits a tile, 8.2 us for 7.7 MB of Q4_K, 30%
-// of HBM's pace). Read at every launch, so that a test runs both forms (a graph captures it once).
-bool half_cluster() { return env_int("SALVO_HALF_CLUSTER", 0) != 0; }
+// The 1-8- and 16-row launches whose tiles take 2 to 8 k splits add them up in a cluster
+// (kClusterSplits) instead of through global memory, a fence and a count: those launches are
+// short latency chains (session 64's trace, random 1.5B, 1-row pass: the down projection's 3
+// splits a tile, 8.2 us for 7.7 MB of Q4_K, 30% of HBM's pace). The same bits. Session 66 on an
+// H100 (random shapes, gpu_kit_quick.sh: `salvo bench -p 512 (7B) or 0 -n 128 -r 3 --verify
+// --verify-rows 1,16 --verify-context 512`, two alternations, with / without): 1.5B tg128 904.0,
+// 907.3 / 873.0, 885.8 tok/s, 1-row pass 1.197, 1.202 / 1.228, 1.234 ms, 16 rows 1.646, 1.652
+// / 1.685, 1.691; 7B tg128 383.1, 383.3 / 384.0, 383.5, 1 row 2.614, 2.607 / 2.630, 2.623, 16
+// rows 3.425, 3.424 / 3.474, 3.478. SALVO_HALF_CLUSTER=0 for A/B runs; read at every launch, so
+// that a test runs both forms (a graph captures it once).
+bool half_cluster() { return env_int("SALVO_HALF_CLUSTER", 1) != 0 && hopper(); }
 // SALVO_HALF_BULK=3 or 4 (an A/B form): 1-8-row launches take the weights through a ring of that
 // many chunks a warp (tile_sums_bulk), before the staged form of 5-8 rows. Session 58 on an H100
 // (random 7B, one row): slower as a whole (1-row pass 2.84 / 2.86 ms against 2.74), but per
