@@ -10,6 +10,10 @@
 # attention split: 127 against 128 times the step to a merged split). QUICK_OPS=0: no
 # cuda_ops_test (a form that changes no kernel). QUICK_CONF=FILE: the forms of FILE (a path inside
 # the kit) instead of ab.conf. A second call on the warm machine reuses the first's models.
+# QUICK_NCU=REGEX of a mangled kernel name (e.g. attention_kernelILb1ELi1ELb0E, the verification
+# passes' attention; prefill's takes pairs): instead of the timings, where that kernel's warps
+# wait in the random 7B's 1- and 16-row passes (ncu's source counters of 8 launches past the
+# first 56, graphs off, the default form), summarised by scripts/ncu_source_summary.py.
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/quick
@@ -41,6 +45,23 @@ line() {
   echo "$(echo "$1" | grep -oE '(pp512|tg128) \| +[0-9.]+' | tr '\n' ' ') /" \
     "$(echo "$1" | awk -F'|' '$2 ~ /^ (1|16|64) $/ {printf "%s rows %s ms; ", $2, $3}')"
 }
+if [ -n "${QUICK_NCU:-}" ]; then
+  ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  for k in 1 16; do
+    SALVO_CUDA_GRAPHS=0 timeout 200 $ncu --kernel-name-base mangled -k "regex:$QUICK_NCU" \
+      --launch-skip 56 --launch-count 8 --clock-control none --section SpeedOfLight \
+      --section Occupancy --section WarpStateStats --section SourceCounters -f -o $W/ncu_r$k \
+      $W/bin/salvo bench --device cuda --model $W/r7.gguf -p 0 -n 0 -r 1 --verify \
+      --verify-rows $k --verify-context 512 >$W/ncu_r$k.err 2>&1 || tail -3 $W/ncu_r$k.err
+    echo "== $QUICK_NCU, $k rows: ncu's figures (metric, unit, value: launches)"
+    keep='"(Duration|DRAM Throughput|L2 Cache Throughput|Achieved Occupancy|Registers Per Thread)"'
+    $ncu -i $W/ncu_r$k.ncu-rep --csv --page details 2>/dev/null | grep -E "$keep" |
+      awk -F'","' '{print $(NF-2), $(NF-1), $NF}' | sort | uniq -c | head -16
+    $ncu -i $W/ncu_r$k.ncu-rep --page source --csv --print-source sass >$W/src_r$k.csv 2>/dev/null
+    python3 scripts/ncu_source_summary.py $W/src_r$k.csv 20 2>&1 | head -30
+  done
+  exit 0
+fi
 for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
