@@ -10,10 +10,10 @@
 // GEMV (the dequantization's ALU work, ~285 instructions per 2560-byte Q4_K chunk); the
 // speculative modes, whose passes are 4-16 rows, gain 20-30% (bench_spec code auto 1393 ->
 // 1814 tok/s). Session 67 on an H100 (random 7B, the same bench, int8 / kHalf): tg128 388.6,
-// 394.0 / 384.2, 389.1 tok/s; 1 row 2.46 / 2.59 ms, 16 rows 6.48 / 3.46, pp512 4540 / 7260.
-// The int8 gate/up launch streams 76 MB in 26.5 us (kHalf's 35.3: the dequantization's
+// 394.0 / 384.2, 389.1 tok/s; 1 row 2.46 / 2.59 ms, 16 rows 6.48 / 3.46, pp512 4540 / 7267.
+// The int8 gate/up launch streams 76 MB in 26.5 us (kHalf's 35.0: the dequantization's
 // instructions), but its own activation and RoPE launches, its slower Q6_K down (27.4 against
-// 23.6 us) and norms (4.5 against 3.9) take most of that back, and prefill loses 37%: plain
+// 23.2 us) and norms (4.5 against 3.9) take most of that back, and prefill loses 37%: plain
 // decoding stays on kHalf too.
 //
 // Layout (pack_half_weights): per 16 output rows (a tile, the mma's m) and super-block of 256
