@@ -639,8 +639,8 @@ class CudaModel : public Model {
       if (runs("norm")) {
         rms_norm_q8(x, il == 0 ? nullptr : h, l.attn_norm, h, n, c.n_embd, c.rms_eps, hq, stream_);
       }
-      // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 8 rows; wider
-      // passes get Q and K in the heads' order for rope_store_kv).
+      // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 16 rows,
+      // SALVO_CUDA_ROPE_ROWS; wider passes get Q and K in the heads' order for rope_store_kv).
       const bool rope_done = l.rope_fused && rope_in_epilogue(n);
       if (l.rope_fused) {
         const RopeEpilogue re{.batch = bv,
