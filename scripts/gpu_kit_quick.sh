@@ -13,7 +13,9 @@
 # QUICK_NCU=REGEX of a mangled kernel name (e.g. attention_kernelILb1ELi1ELb0E, the verification
 # passes' attention; prefill's takes pairs): instead of the timings, where that kernel's warps
 # wait in the random 7B's 1- and 16-row passes (ncu's source counters of 8 launches past the
-# first 56, graphs off, the default form), summarised by scripts/ncu_source_summary.py.
+# first 56, graphs off, the default form), summarised by scripts/ncu_source_summary.py, with
+# each instruction's source line where the build had -lineinfo (nvdisasm -g of its cubin); the
+# source CSVs and the listing come back in $OUT.
 set -u
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/quick
@@ -47,6 +49,14 @@ line() {
 }
 if [ -n "${QUICK_NCU:-}" ]; then
   ncu=$(command -v ncu || echo /usr/local/cuda/bin/ncu)
+  # The kernel's instructions with their source lines (a -lineinfo build), for the summary.
+  lines=()
+  mkdir -p $W/cubin && (cd $W/cubin && cuobjdump -xelf all $W/bin/salvo >/dev/null 2>&1)
+  for c in $W/cubin/*.cubin; do
+    nvdisasm -g "$c" >$W/disasm.txt 2>/dev/null || continue
+    grep -q "$QUICK_NCU" $W/disasm.txt && lines=(--lines $W/disasm.txt "$QUICK_NCU") && break
+  done
+  [ ${#lines[@]} -gt 0 ] || echo "no line map (cuobjdump / nvdisasm, or no -lineinfo)"
   for k in 1 16; do
     SALVO_CUDA_GRAPHS=0 timeout 200 $ncu --kernel-name-base mangled -k "regex:$QUICK_NCU" \
       --launch-skip 56 --launch-count 8 --clock-control none --section SpeedOfLight \
@@ -58,8 +68,10 @@ if [ -n "${QUICK_NCU:-}" ]; then
     $ncu -i $W/ncu_r$k.ncu-rep --csv --page details 2>/dev/null | grep -E "$keep" |
       awk -F'","' '{print $(NF-2), $(NF-1), $NF}' | sort | uniq -c | head -16
     $ncu -i $W/ncu_r$k.ncu-rep --page source --csv --print-source sass >$W/src_r$k.csv 2>/dev/null
-    python3 scripts/ncu_source_summary.py $W/src_r$k.csv 20 2>&1 | head -30
+    python3 scripts/ncu_source_summary.py $W/src_r$k.csv 20 "${lines[@]}" 2>&1 | head -30
+    [ -n "${OUT:-}" ] && gzip -c $W/src_r$k.csv >$OUT/src_r$k.csv.gz
   done
+  [ -n "${OUT:-}" ] && [ ${#lines[@]} -gt 0 ] && gzip -c $W/disasm.txt >$OUT/disasm.txt.gz
   exit 0
 fi
 for rep in 1 2; do

@@ -7,11 +7,17 @@ On the GPU machine:
   ncu -i prof.ncu-rep --page source --csv --print-source sass > src.csv
   scripts/ncu_source_summary.py src.csv
 prints, per profiled kernel, the share of stall samples by opcode and the instructions with the
-most samples and their stall reasons (long_sb: a global load's result; barrier: __syncthreads).
+most samples (offset into the kernel) and their stall reasons (long_sb: a global load's result;
+barrier: __syncthreads). With `--lines DISASM REGEX` (`cuobjdump -xelf all salvo`, then
+`nvdisasm -g THE.cubin > DISASM`, of a build with -lineinfo; REGEX names the profiled kernel's
+mangled name) each of those instructions also names its source line:
+  scripts/ncu_source_summary.py src.csv 20 --lines DISASM attention_kernelILb1ELi1ELb0E
 """
 import collections
 import csv
 import io
+import os
+import re
 import sys
 
 
@@ -35,6 +41,9 @@ def summarise(name, rows, top):
         print(f"{name}: no source counters (profile with --section SourceCounters)")
         return
     src = header.index("Source")
+    # The instruction's address, printed as an offset into the kernel (a -lineinfo build's
+    # `nvdisasm -g` of the same cubin names its source line: --lines below).
+    addr = next((i for i, h in enumerate(header) if "Address" in h), None)
     samples = header.index("Warp Stall Sampling (All Samples)")
     reasons = [(i, h[len("stall_"):]) for i, h in enumerate(header) if h.startswith("stall_")]
     data = []
@@ -44,6 +53,15 @@ def summarise(name, rows, top):
         except (ValueError, IndexError):
             continue
     total = sum(v for v, _ in data) or 1.0
+
+    def offset(r):
+        try:
+            return int(r[addr], 16)
+        except (TypeError, ValueError, IndexError):
+            return None
+
+    offsets = [o for o in (offset(r) for _, r in data) if o is not None]
+    base = min(offsets) if offsets else 0
     by_op = collections.Counter()
     for v, r in data:
         op = r[src].strip()
@@ -54,12 +72,46 @@ def summarise(name, rows, top):
     print("by opcode: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_op.most_common(12)))
     for v, r in sorted(data, key=lambda x: -x[0])[:top]:
         why = " ".join(f"{h}={r[i]}" for i, h in reasons if i < len(r) and r[i] not in ("", "0"))
-        print(f"{v:7.0f} {100 * v / total:5.1f}%  {r[src].strip()[:60]:60}  {why[:120]}")
+        o = offset(r)
+        at = f"+{o - base:05x}" if o is not None else ""
+        line = f"  {LINES.get(o - base, '')}" if o is not None and LINES else ""
+        print(f"{v:7.0f} {100 * v / total:5.1f}% {at} {r[src].strip()[:60]:60}  {why[:120]}{line}")
+
+
+LINES = {}  # offset into the kernel -> "file:line" (--lines)
+
+
+def read_lines(path, fun):
+    """Offsets to source lines of the function matching `fun` in `nvdisasm -g THE.cubin`'s
+    listing (of a -lineinfo build)."""
+    line, lines, keep = "", {}, False
+    with open(path, errors="replace") as f:
+        for text in f:
+            m = re.search(r"\.text\.([A-Za-z0-9_$.]+)", text)
+            if m:  # a function's section: the offsets start again
+                keep, line = re.search(fun, m.group(1)) is not None, ""
+                continue
+            if not keep:
+                continue
+            m = re.search(r'//## File "([^"]+)", line (\d+)', text)
+            if m:
+                line = f"{os.path.basename(m.group(1))}:{m.group(2)}"
+                continue
+            m = re.search(r"/\*([0-9a-f]{4,})\*/", text)
+            if m and line:
+                lines[int(m.group(1), 16)] = line
+    return lines
 
 
 def main():
-    if len(sys.argv) < 2:
+    args = sys.argv[1:]
+    if "--lines" in args:
+        i = args.index("--lines")
+        LINES.update(read_lines(args[i + 1], args[i + 2]))
+        del args[i:i + 3]
+    if not args:
         sys.exit(__doc__)
+    sys.argv = [sys.argv[0]] + args
     top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
     seen = set()  # ncu lists a kernel's table more than once
     with open(sys.argv[1], errors="replace") as f:
