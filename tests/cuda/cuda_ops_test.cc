@@ -860,17 +860,6 @@ TEST_F(CudaOps, RopeEpilogueGivesTheUnfusedBits) {
             EXPECT_EQ(q2.host(), ys[0]->host());
             EXPECT_EQ(kc2.host(), kc1.host());
             EXPECT_EQ(vc2.host(), vc1.host());
-            // With q_half a rotating launch writes Q as the halves of those floats (the K/V
-            // cache is written again with the same bits).
-            if (re.rotate) {
-              Dev<uint16_t> q_halves(rows * qw);
-              cuda::MatmulParams fused_half[3] = {fused[0], fused[1], fused[2]};
-              for (auto& f : fused_half) f.rope.q_half = true;
-              fused_half[0].y = reinterpret_cast<float*>(q_halves.ptr);
-              cuda::matmul_group(fused_half, 3, nullptr);
-              EXPECT_EQ(q_halves.host(), halves(ys[0]->host()));
-              EXPECT_EQ(kc2.host(), kc1.host());
-            }
             for (int i = 0; i < 3; ++i) {
               delete plain_w[i], delete rope_w[i], delete ys[i], delete biases[i],
                   delete rope_biases[i];
@@ -1206,17 +1195,6 @@ void tree_attention_matches_cpu(const TreeFixture& f) {
         EXPECT_EQ(0, std::memcmp(&got[i * width], &full[rows[i] * width], width * sizeof(float)))
             << "row " << rows[i] << " alone differs from its tree row";
       }
-    }
-    // Q as fp16 bits (what the Q/K/V epilogue writes with q_half): the same bits.
-    {
-      Dev<float> out_half(want.size());
-      Dev<uint16_t> q_halves(halves(q));
-      cuda::AttentionParams from_halves = params;
-      from_halves.q = nullptr;
-      from_halves.q_half = q_halves.ptr;
-      from_halves.out = out_half.ptr;
-      cuda::attention(from_halves, nullptr);
-      EXPECT_EQ(out_half.host(), dout.host());
     }
     // The session-6 kernel (one value load per key in turn) gives the same bits.
     {

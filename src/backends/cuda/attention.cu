@@ -205,13 +205,9 @@ __device__ __forceinline__ void split_partial(const AttentionParams& p, const Ro
       uint2 w = make_uint2(0u, 0u);
       if (r < n_here) {
         const int64_t row = p.row_base + row0 + r;
-        const int64_t at = (row * p.n_head + head0 + h) * p.head_dim + 4 * c;
-        if (p.q_half != nullptr) {
-          w = *reinterpret_cast<const uint2*>(p.q_half + at);
-        } else {
-          const float4 v = *reinterpret_cast<const float4*>(p.q + at);
-          w = make_uint2(half2_bits(v.x, v.y), half2_bits(v.z, v.w));
-        }
+        const float4 v = *reinterpret_cast<const float4*>(
+            p.q + (row * p.n_head + head0 + h) * p.head_dim + 4 * c);
+        w = make_uint2(half2_bits(v.x, v.y), half2_bits(v.z, v.w));
       }
       q_frag[(r * kMaxGroup + h) * q_words + c] = w;
     }

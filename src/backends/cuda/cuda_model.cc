@@ -136,15 +136,6 @@ bool rope_fusion_enabled() {
   return on;
 }
 
-// Passes whose Q/K/V epilogue rotates write Q as fp16 for attention (RopeEpilogue::q_half) when
-// SALVO_CUDA_Q_HALF=1: attention then loads half the bytes after its wait and skips the
-// conversion, the same bits (an A/B form: session 67's ncu samples of the 7B's 16-row attention
-// had 6-7% on that conversion).
-bool q_half_enabled() {
-  static const bool on = env_int("SALVO_CUDA_Q_HALF", 0) != 0;
-  return on;
-}
-
 // The rows of w (and its bias) in rope_row_order's order: the host copies that upload reads.
 struct PermutedRows {
   std::vector<uint8_t> data;
@@ -651,7 +642,6 @@ class CudaModel : public Model {
       // RoPE and the K/V store happen in the Q/K/V launches' epilogues (up to 16 rows,
       // SALVO_CUDA_ROPE_ROWS; wider passes get Q and K in the heads' order for rope_store_kv).
       const bool rope_done = l.rope_fused && rope_in_epilogue(n);
-      const bool q_half = rope_done && q_half_enabled();
       if (l.rope_fused) {
         const RopeEpilogue re{.batch = bv,
                               .kv = kvl,
@@ -659,8 +649,7 @@ class CudaModel : public Model {
                               .n_rot = c.n_rot,
                               .theta_scale = rope_theta_scale(c.rope_base, c.n_rot),
                               .neox = c.rope_mode == RopeMode::kRopeNeox,
-                              .rotate = rope_done,
-                              .q_half = q_half};
+                              .rotate = rope_done};
         if (runs("qkv")) {
           rope_linears({{&l.wq, q, HalfRole::kRopeQ},
                         {&l.wk, k, HalfRole::kRopeK},
@@ -688,8 +677,7 @@ class CudaModel : public Model {
       if (runs("attn")) {
         attention({.batch = bv,
                    .kv = kvl,
-                   .q = q_half ? nullptr : q,
-                   .q_half = q_half ? reinterpret_cast<const uint16_t*>(q) : nullptr,
+                   .q = q,
                    .out = attn,
                    .n_head = c.n_head,
                    .n_head_kv = c.n_head_kv,

@@ -132,9 +132,6 @@ struct RopeEpilogue {
   // false: Q and K go to y in the heads' order unrotated and V to y, for rope_store_kv (wider
   // launches: one lane rotating 2 NT pairs in turn cost more than the separate kernel).
   bool rotate = true;
-  // With rotate: Q goes to y as fp16 bits ([rows, n_out] halves in y's memory) instead of floats,
-  // for AttentionParams::q_half (SALVO_CUDA_Q_HALF=1, cuda_model.cc).
-  bool q_half = false;
 };
 // The per-pair factor of the rotation angles, base^(-2 / n_rot): rope_store_kv's and the
 // epilogue's angles come from this one expression.
@@ -312,10 +309,7 @@ struct AttentionParams {
   BatchView batch;
   KvLayerView kv;
   const float* q = nullptr;  // [n_rows, n_head * head_dim], RoPE applied
-  // Or Q as fp16 bits (RopeEpilogue::q_half wrote them): the halves the kernel rounds q to, so
-  // the same output bits from half the load bytes and no conversion after the wait.
-  const uint16_t* q_half = nullptr;
-  float* out = nullptr;  // [n_rows, n_head * head_dim_v]
+  float* out = nullptr;      // [n_rows, n_head * head_dim_v]
   int n_head = 0, n_head_kv = 0, head_dim = 0, head_dim_v = 0;
   float scale = 1.0f;
   int window = 0;  // sliding window in positions; 0 = unlimited

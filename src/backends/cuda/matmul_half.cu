@@ -499,12 +499,9 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
       const int col = 8 * nt + 2 * t + i;
       if (col >= grp.n_rows) continue;
       const int64_t r = grp.row0 + col;
-      // Q (and K, V unrotated) to y as floats (Q as fp16 with q_half), K and V to the cache as
-      // fp16.
+      // Q (and K, V unrotated) to y as floats, K and V to the cache as fp16.
       const bool to_cache = m.role != HalfRole::kRopeQ && re.rotate;
-      const bool q_half = m.role == HalfRole::kRopeQ && re.rotate && re.q_half;
       float* y = m.y + static_cast<int64_t>(col) * m.n_out;
-      uint16_t* y_half = reinterpret_cast<uint16_t*>(m.y) + static_cast<int64_t>(col) * m.n_out;
       uint16_t* slot_row = to_cache
                                ? cache + (static_cast<int64_t>(re.batch.seq[r]) * re.kv.capacity +
                                           re.batch.slot[r]) *
@@ -513,8 +510,6 @@ __device__ __forceinline__ void rope_store_tile(const HalfGroup& grp, const Half
       auto put = [&](int o, float value) {
         if (to_cache) {
           slot_row[o] = __half_as_ushort(__float2half_rn(value));
-        } else if (q_half) {
-          y_half[o] = __half_as_ushort(__float2half_rn(value));
         } else {
           y[o] = value;
         }
