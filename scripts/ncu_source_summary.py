@@ -70,6 +70,13 @@ def summarise(name, rows, top):
         by_op[op.split(" ")[0].split(".")[0]] += v
     print(f"== {name}\n{len(data)} instructions, {total:.0f} stall samples")
     print("by opcode: " + ", ".join(f"{k} {100 * v / total:.1f}%" for k, v in by_op.most_common(12)))
+    if LINES:  # the samples by source line (an inlined helper's line, not its caller's)
+        by_line = collections.Counter()
+        for v, r in data:
+            o = offset(r)
+            by_line[LINES.get(o - base, "?") if o is not None else "?"] += v
+        print("by line: " + ", ".join(f"{k} {100 * v / total:.1f}%"
+                                      for k, v in by_line.most_common(12)))
     for v, r in sorted(data, key=lambda x: -x[0])[:top]:
         why = " ".join(f"{h}={r[i]}" for i, h in reasons if i < len(r) and r[i] not in ("", "0"))
         o = offset(r)
