@@ -118,10 +118,9 @@ def main():
         del args[i:i + 3]
     if not args:
         sys.exit(__doc__)
-    sys.argv = [sys.argv[0]] + args
-    top = int(sys.argv[2]) if len(sys.argv) > 2 else 25
+    top = int(args[1]) if len(args) > 1 else 25
     seen = set()  # ncu lists a kernel's table more than once
-    with open(sys.argv[1], errors="replace") as f:
+    with open(args[0], errors="replace") as f:
         for name, rows in kernels(f.read()):
             key = (name, len(rows), tuple(rows[1]) if len(rows) > 1 else ())
             if rows and key not in seen:
