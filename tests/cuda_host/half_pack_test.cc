@@ -27,6 +27,9 @@ float half_at(const uint8_t* p) {
   return fp16_to_fp32(h);
 }
 
+// v rounded to fp16 (exact products of an fp16 and a small integer: the kernel's one rounding).
+float rounded(float v) { return fp16_to_fp32(fp32_to_fp16(v)); }
+
 // Random GGUF blocks with O(0.01-0.1) scales, times `scale`.
 std::vector<uint8_t> random_blocks(DType type, int64_t n_out, int64_t n_in, uint32_t seed,
                                    float scale) {
@@ -55,7 +58,7 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n_out, int64_t n_in, uint
 // Weight (row rt of the tile, column k of the super-block) as the kernel's registers hold it,
 // with the kernel's bit operations: even registers j take bits 4 j' .. of w >> 8 (j / 2) as
 // 1024 + q, odd ones bits 4-7 of it as 1024 + 16 q (x / 16 - 64, or - 96 for Q6_K's q - 32).
-float decoded(DType type, const uint8_t* c, int rt, int k) {
+float decoded(DType type, const uint8_t* c, int rt, int k, bool compact) {
   const int s = k / 16, kk = k % 16, t = (kk % 8) / 2, e = kk % 2, jj = kk / 8;
   const int g = rt % 8, j = rt / 8 + 2 * jj, lane = 4 * g + t;
   const bool odd = j % 2 == 1;
@@ -70,44 +73,127 @@ float decoded(DType type, const uint8_t* c, int rt, int k) {
     raw |= (from >= to ? hw >> (from - to) : hw << (to - from)) & (odd ? 0x03000300u : 0x00300030u);
     const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
     const float q = odd ? x / 16.0f - 96.0f : x - 1056.0f;
-    // The row's scale lives in the lane's own row slot (g or g + 8).
-    return q * half_at(c + 3072 + 32 * rt + 2 * s);
+    if (!compact) return q * half_at(c + 3072 + 32 * rt + 2 * s);  // the row's own slot
+    // Rows g and g + 8 share 32 bytes of scales (sc + 128) and a half2 of d.
+    const int sc = c[3072 + 32 * g + 2 * s + rt / 8] - 128;
+    const float d = half_at(c + 3328 + 4 * g + 2 * (rt / 8));
+    return q * rounded(static_cast<float>(sc) * d);  // HMUL2: one rounding
   }
   const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
   const float q = odd ? x / 16.0f - 64.0f : x - 1024.0f;
-  const uint8_t* sm = c + 2048 + 4 * (8 * rt + s / 2);
-  return q * half_at(sm) - half_at(sm + 2);
+  if (!compact) {
+    const uint8_t* sm = c + 2048 + 4 * (8 * rt + s / 2);  // half2 (d sc, dmin m)
+    return q * half_at(sm) - half_at(sm + 2);
+  }
+  // Bytes 4 sc, 4 m of the sub-block and row; half2 (256 d, -256 dmin) of the row. The HFMA2
+  // (1 + 4 sc / 1024) 256 d - 256 d is d sc, rounded once.
+  const uint8_t* b = c + 2048 + 32 * g + 4 * (s / 2) + 2 * (rt / 8);
+  const uint8_t* dm = c + 2304 + 8 * g + 4 * (rt / 8);
+  const float scale = rounded(b[0] / 1024.0f * half_at(dm));
+  const float neg_min = rounded(b[1] / 1024.0f * half_at(dm + 2));
+  return q * scale + neg_min;
 }
 
 // Also with scales near 1e-5 (d x 1e-3), where fp16 scales without the packing's power of two
 // would be subnormal.
 TEST(HalfPack, DecodesToTheReferenceWeights) {
+  for (bool compact : {false, true})
+    for (DType type : {DType::kQ4_K, DType::kQ6_K})
+      for (float d_scale : {1.0f, 1e-3f}) {
+        SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(d_scale) +
+                     (compact ? " compact" : " wide"));
+        const int64_t n_out = 40, n_in = 512;  // a partial 16-row tile
+        const auto w = random_blocks(type, n_out, n_in, 5, d_scale);
+        float scale = 0.0f;
+        const auto packed = cuda::pack_half_weights(type, w.data(), n_out, n_in, &scale, compact);
+        const int chunk =
+            compact ? (type == DType::kQ4_K ? 2368 : 3360) : (type == DType::kQ4_K ? 2560 : 3584);
+        const int64_t n_sb = n_in / 256;
+        ASSERT_EQ(packed.size(), static_cast<size_t>((n_out + 15) / 16 * n_sb * chunk));
+        EXPECT_EQ(std::log2(scale), std::round(std::log2(scale)));  // a power of two
+        double err = 0, ref = 0;
+        std::vector<float> row(n_in);
+        for (int64_t o = 0; o < n_out; ++o) {
+          dequantize_row(type, w.data() + o * row_bytes(type, n_in), row.data(), n_in);
+          for (int64_t k = 0; k < n_in; ++k) {
+            const uint8_t* c = packed.data() + ((o / 16) * n_sb + k / 256) * chunk;
+            const float got =
+                decoded(type, c, static_cast<int>(o % 16), static_cast<int>(k % 256), compact);
+            // The kernel rounds the dequantized weight to fp16 (hfma2 / hmul2).
+            const float as_half = fp16_to_fp32(fp32_to_fp16(got)) * scale;
+            err += (as_half - row[k]) * static_cast<double>(as_half - row[k]);
+            ref += static_cast<double>(row[k]) * row[k];
+          }
+        }
+        EXPECT_LT(err / ref, 2e-7);
+      }
+}
+
+// The compact layout's scales are the wide layout's fp16 products, rounded once from the same
+// exact values, so both decode every weight to the same bits.
+TEST(HalfPack, CompactDecodesToTheWideBits) {
   for (DType type : {DType::kQ4_K, DType::kQ6_K})
     for (float d_scale : {1.0f, 1e-3f}) {
       SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(d_scale));
-      const int64_t n_out = 40, n_in = 512;  // a partial 16-row tile
-      const auto w = random_blocks(type, n_out, n_in, 5, d_scale);
-      float scale = 0.0f;
-      const auto packed = cuda::pack_half_weights(type, w.data(), n_out, n_in, &scale);
-      const int chunk = type == DType::kQ4_K ? 2560 : 3584;
+      const int64_t n_out = 32, n_in = 512;
+      const auto w = random_blocks(type, n_out, n_in, 9, d_scale);
+      float s_wide = 0.0f, s_compact = 0.0f;
+      const auto wide = cuda::pack_half_weights(type, w.data(), n_out, n_in, &s_wide, false);
+      const auto compact = cuda::pack_half_weights(type, w.data(), n_out, n_in, &s_compact, true);
+      ASSERT_EQ(s_wide, s_compact);
       const int64_t n_sb = n_in / 256;
-      ASSERT_EQ(packed.size(), static_cast<size_t>((n_out + 15) / 16 * n_sb * chunk));
-      EXPECT_EQ(std::log2(scale), std::round(std::log2(scale)));  // a power of two
-      double err = 0, ref = 0;
-      std::vector<float> row(n_in);
+      const int64_t cw = wide.size() / (n_out / 16 * n_sb),
+                    cc = compact.size() / (n_out / 16 * n_sb);
       for (int64_t o = 0; o < n_out; ++o) {
-        dequantize_row(type, w.data() + o * row_bytes(type, n_in), row.data(), n_in);
         for (int64_t k = 0; k < n_in; ++k) {
-          const uint8_t* c = packed.data() + ((o / 16) * n_sb + k / 256) * chunk;
-          const float got = decoded(type, c, static_cast<int>(o % 16), static_cast<int>(k % 256));
-          // The kernel rounds the dequantized weight to fp16 (hfma2 / hmul2).
-          const float as_half = fp16_to_fp32(fp32_to_fp16(got)) * scale;
-          err += (as_half - row[k]) * static_cast<double>(as_half - row[k]);
-          ref += static_cast<double>(row[k]) * row[k];
+          const int64_t chunk = (o / 16) * n_sb + k / 256;
+          const int rt = static_cast<int>(o % 16), kk = static_cast<int>(k % 256);
+          const float a = decoded(type, wide.data() + chunk * cw, rt, kk, false);
+          const float b = decoded(type, compact.data() + chunk * cc, rt, kk, true);
+          ASSERT_EQ(a, b) << "row " << o << " column " << k;
         }
       }
-      EXPECT_LT(err / ref, 2e-7);
     }
+}
+
+// A super-block whose scales are all 0 decodes to zeros, whatever its d: the packing stores its
+// d as 0, where 256 d times the matrix's power of two would overflow fp16 (inf - inf in the
+// kernel's HFMA2).
+TEST(HalfPack, ZeroScalesDecodeToZeroWhateverTheirD) {
+  for (DType type : {DType::kQ4_K, DType::kQ6_K}) {
+    SCOPED_TRACE(traits(type).name);
+    const int64_t n_out = 16, n_in = 256;
+    auto w = random_blocks(type, n_out, n_in, 7, 1.0f);
+    const size_t bb = traits(type).block_bytes;
+    const uint16_t big = fp32_to_fp16(60000.0f);
+    if (type == DType::kQ4_K) {
+      std::memset(&w[4 * bb], 0, 16);  // row 4: d, dmin and the 12 scale bytes
+      std::memcpy(&w[4 * bb], &big, 2);
+      std::memcpy(&w[4 * bb + 2], &big, 2);
+    } else {
+      std::memset(&w[4 * bb + 192], 0, 16);
+      std::memcpy(&w[4 * bb + 208], &big, 2);
+    }
+    float scale = 0.0f;
+    const auto packed = cuda::pack_half_weights(type, w.data(), n_out, n_in, &scale, true);
+    double err = 0, ref = 0;
+    std::vector<float> row(n_in);
+    for (int64_t o = 0; o < n_out; ++o) {
+      dequantize_row(type, w.data() + o * row_bytes(type, n_in), row.data(), n_in);
+      for (int64_t k = 0; k < n_in; ++k) {
+        const float got =
+            decoded(type, packed.data(), static_cast<int>(o), static_cast<int>(k), true);
+        ASSERT_TRUE(std::isfinite(got)) << "row " << o << " column " << k;
+        if (o == 4) {
+          EXPECT_EQ(got, 0.0f);
+        }
+        const double diff = rounded(got) * scale - row[k];
+        err += diff * diff;
+        ref += static_cast<double>(row[k]) * row[k];
+      }
+    }
+    EXPECT_LT(err / ref, 2e-7);
+  }
 }
 
 // half_frag_index puts element (r, k) where lane 4 (r % 8) + (k % 8) / 2 finds B row k % 16,

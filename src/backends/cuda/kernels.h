@@ -217,12 +217,16 @@ bool half_enabled();
 bool half_supported(DType type, int64_t n_out, int64_t n_in);
 // The kHalf layout of w [n_out rows of row_bytes(type, n_in)]: per 16 output rows (the last
 // padded with zero rows) and 256-element super-block one chunk, the weights in mma A-fragment
-// order with fp16 scales (matmul_half.cu says how). *scale: the matrix's
-// MatmulParams::half_scale (the scales are stored times its inverse, a power of two).
+// order with their scales (matmul_half.cu says how). *scale: the matrix's
+// MatmulParams::half_scale (the scales are stored times its inverse, a power of two). compact:
+// the GGUF's scale bytes and fp16 d (4.625 bits a Q4_K weight, 6.56 a Q6_K one) instead of the
+// fp16 products (5.0, 7.0); the kernels read the layout that half_compact() names, so only
+// host-side tests pass anything else.
+bool half_compact();  // SALVO_HALF_COMPACT=1 (an A/B form until measured on a GPU)
 std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
-                                       float* scale);
+                                       float* scale, bool compact = half_compact());
 // The bytes of pack_half_weights' layout of an [n_out, n_in] matrix of this type.
-int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in);
+int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in, bool compact = half_compact());
 // Whether gate and up [n_ff, n_in] of this type can be packed as one gated matrix.
 bool half_gated_supported(DType type, int64_t n_ff, int64_t n_in);
 // gate's and up's rows interleaved by eight (each 16-row tile: 8 of gate, the same 8 of up, so

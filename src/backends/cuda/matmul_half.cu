@@ -7,7 +7,7 @@
 // Qwen2.5-Coder-1.5B: k-row passes 1 1.127 / 1.247 ms, 8 2.109 / 1.515, 16 3.207 / 2.176, 64
 // 9.809 / 6.526; pp512 10763 / 13292 tok/s; tg128 865 / 766. Random 7B shape: 1 row 2.15 /
 // 2.52 ms, 16 rows 7.16 / 5.11, 64 rows 25.1 / 14.7. One row costs 10-17% more than the dp4a
-// GEMV (the dequantization's ALU work, ~285 instructions per 2560-byte Q4_K chunk); the
+// GEMV (the dequantization's ALU work, ~285 instructions per Q4_K chunk); the
 // speculative modes, whose passes are 4-16 rows, gain 20-30% (bench_spec code auto 1393 ->
 // 1814 tok/s). Session 67 on an H100 (random 7B, the same bench, int8 / kHalf): tg128 388.6,
 // 394.0 / 384.2, 389.1 tok/s; 1 row 2.46 / 2.59 ms, 16 rows 6.48 / 3.46, pp512 4540 / 7267.
@@ -20,13 +20,26 @@
 // weights, one chunk. Its first 2048 bytes are the 4-bit quants in fragment order: lane l's
 // uint4 i sits at 16 (32 i + l), and word j of it is k16 step 4 i + j with the nibbles of
 // fragment register a0 at bits 0-3 and 16-19, a1 at 4-7 / 20-23, a2 8-11 / 24-27, a3 12-15 /
-// 28-31, so (w >> 4 j) & 0x000F000F | 0x64006400 is register j as two fp16 1024 + q. Q4_K then
-// has 512 bytes of half2 (d sc, dmin m) per row and 32-weight sub-block (5 bits a weight); Q6_K
+// 28-31, so (w >> 4 j) & 0x000F000F | 0x64006400 is register j as two fp16 1024 + q. Q6_K then
 // has 1024 bytes of the quants' high 2 bits (lane l's uint4 i at 16 (32 i + l), word j of it
 // steps 2 (4 i + j) and + 1, register r's pair at bits 2 r + 8 e and 16 + 2 r + 8 e for step
-// parity e) and 512 bytes of half d sc per row and 16-weight group. The scales carry a power of
-// two per matrix (MatmulParams::half_scale undoes it on the fp32 sums) so that small ones stay
-// clear of fp16's subnormals.
+// parity e). The scales come after, in one of two layouts (kernels.h half_compact()): the wide
+// one (FmtQ4KWide, FmtQ6KWide, the default) has each row's fp16 products, described there; the
+// compact one (session 69, SALVO_HALF_COMPACT=1 until a GPU has measured it) keeps the GGUF's
+// scales, a byte each, for the row pair (g, g + 8) that lanes 4 g .. 4 g + 3 hold, with the rows'
+// fp16 d after them: 4.625 bits a Q4_K weight and 6.56 a Q6_K one against 5.0 and 7.0 (7.5% and
+// 6.3% fewer bytes), and the same scales to the bit where d times the power of two below stays
+// in fp16's normal range (half_pack_test):
+// - Q4_K: 32 bytes at 2048 + 32 g, word j for sub-block j: 4 sc and 4 m of row g, then of row
+//   g + 8; at 2304 + 8 g, half2 (256 d, -256 dmin) of row g, then of row g + 8. The bytes
+//   become fp16 1 + 4 sc / 1024 (PRMT beside 0x3C), and one HFMA2 with the row's pair and its
+//   negation gives (d sc, -dmin m), rounded once, as the wide layout's products are.
+// - Q6_K: 32 bytes at 3072 + 32 g, byte 2 j + h: sc + 128 of group j for row g (h 0) or g + 8;
+//   at 3328 + 4 g, half2 (d of row g, of row g + 8). 1024 + sc + 128 - 1152 is sc exactly, and
+//   HMUL2 with d rounds d sc once.
+// The scales carry a power of two per matrix (MatmulParams::half_scale undoes it on the fp32
+// sums) so that small ones stay clear of fp16's subnormals; a row's d is 0 where all its scales
+// are, so that 256 d stays finite (any scale of 1 or more bounds d by the largest product).
 //
 // Row invariance: a block takes one tile and one k split; warp w of split s takes super-blocks
 // s W + w, + W S, ...; the warps' sums are added in warp order and the splits' in split order
@@ -60,7 +73,8 @@ namespace {
 
 constexpr int kMaxWarps = 8;
 constexpr int kMaxParts = 3;
-constexpr int kQ4KChunk = 2560, kQ6KChunk = 3584;
+constexpr int kQ4KChunk = 2368, kQ6KChunk = 3360;
+constexpr int kQ4KWideChunk = 2560, kQ6KWideChunk = 3584;
 
 // (w & 0x000F000F) | 0x64006400 in one LOP3 (0xEA: (a & b) | c): two fp16 1024 + nibble.
 __device__ __forceinline__ uint32_t lop_nibbles(uint32_t w) {
@@ -96,6 +110,30 @@ __device__ __forceinline__ uint4 ld_chunk(const uint8_t* p) {
   }
 }
 
+// A chunk's 8 bytes at p (the rows' d pairs), as ld_chunk.
+template <bool kShared>
+__device__ __forceinline__ uint2 ld_chunk8(const uint8_t* p) {
+  uint2 v;
+  if constexpr (kShared) {
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "r"(smem_u32(p)));
+  } else {
+    asm volatile("ld.global.cs.v2.u32 {%0,%1}, [%2];\n" : "=r"(v.x), "=r"(v.y) : "l"(p));
+  }
+  return v;
+}
+
+// A chunk's 4 bytes at p, as ld_chunk.
+template <bool kShared>
+__device__ __forceinline__ uint32_t ld_chunk4(const uint8_t* p) {
+  uint32_t v;
+  if constexpr (kShared) {
+    asm volatile("ld.shared.u32 %0, [%1];\n" : "=r"(v) : "r"(smem_u32(p)));
+  } else {
+    asm volatile("ld.global.cs.u32 %0, [%1];\n" : "=r"(v) : "l"(p));
+  }
+  return v;
+}
+
 __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
   return j == 0 ? v.x : j == 1 ? v.y : j == 2 ? v.z : v.w;
 }
@@ -103,8 +141,108 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
 __device__ __forceinline__ half2 as_half2(uint32_t v) { return *reinterpret_cast<half2*>(&v); }
 __device__ __forceinline__ uint32_t as_u32(half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// Bytes 2 e and 2 e + 1 of w as the low bytes of two fp16, beside `high` (PRMT).
+__device__ __forceinline__ half2 byte_pair(uint32_t w, int e, uint32_t high) {
+  return as_half2(__byte_perm(w, high, e == 0 ? 0x4140 : 0x4342));
+}
+
 struct FmtQ4K {
   static constexpr int kBytes = kQ4KChunk;
+  struct Regs {
+    uint4 q[4];
+    uint4 sm[2];  // word j of sm[j / 4]: sub-block j's 4 sc, 4 m of row g, then of row g + 8
+    uint2 dm;     // half2 (256 d, -256 dmin) of row g (x) and of row g + 8 (y)
+  };
+  template <bool kShared = false>
+  static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
+    const int g = lane / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_chunk<kShared>(c + 16 * (32 * i + lane));
+    k.sm[0] = ld_chunk<kShared>(c + 2048 + 32 * g);
+    k.sm[1] = ld_chunk<kShared>(c + 2048 + 32 * g + 16);
+    k.dm = ld_chunk8<kShared>(c + 2304 + 8 * g);
+  }
+  // Sub-block j's (d sc, -dmin m) of row g (h 0) or g + 8: (1 + 4 sc / 1024) 256 d - 256 d.
+  static __device__ __forceinline__ half2 scale_min(const Regs& k, int j, int h) {
+    const half2 dm = as_half2(h == 0 ? k.dm.x : k.dm.y);
+    return __hfma2(byte_pair(word_of(k.sm[j / 4], j % 4), h, 0x3C3C3C3Cu), dm, __hneg2(dm));
+  }
+  // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
+  // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
+  // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
+  static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
+    const half2 k1024 = __half2half2(__ushort_as_half(0x6400));
+    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+    const half2 km64 = __half2half2(__ushort_as_half(0xD400));   // -64
+    const half2 hg = scale_min(k, s / 2, 0), hg8 = scale_min(k, s / 2, 1);
+    const half2 s_g = __low2half2(hg), m_g = __high2half2(hg);
+    const half2 s_g8 = __low2half2(hg8), m_g8 = __high2half2(hg8);
+    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
+    const half2 q0 = __hsub2(as_half2(lop_nibbles(w)), k1024);
+    const half2 q1 = __hfma2(as_half2(lop_nibbles_hi(w)), k16th, km64);
+    const half2 q2 = __hsub2(as_half2(lop_nibbles(w8)), k1024);
+    const half2 q3 = __hfma2(as_half2(lop_nibbles_hi(w8)), k16th, km64);
+    a[0] = as_u32(__hfma2(q0, s_g, m_g));
+    a[1] = as_u32(__hfma2(q1, s_g8, m_g8));
+    a[2] = as_u32(__hfma2(q2, s_g, m_g));
+    a[3] = as_u32(__hfma2(q3, s_g8, m_g8));
+  }
+};
+
+struct FmtQ6K {
+  static constexpr int kBytes = kQ6KChunk;
+  struct Regs {
+    uint4 q[4];
+    uint4 h[2];
+    uint4 sc[2];  // byte 2 j + h of word j / 2: group j's sc + 128 of row g (h 0) or g + 8
+    uint32_t d;   // half2 (d of row g, d of row g + 8)
+  };
+  template <bool kShared = false>
+  static __device__ __forceinline__ void load(const uint8_t* c, int lane, Regs& k) {
+    const int g = lane / 4;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) k.q[i] = ld_chunk<kShared>(c + 16 * (32 * i + lane));
+#pragma unroll
+    for (int i = 0; i < 2; ++i) k.h[i] = ld_chunk<kShared>(c + 2048 + 16 * (32 * i + lane));
+    k.sc[0] = ld_chunk<kShared>(c + 3072 + 32 * g);
+    k.sc[1] = ld_chunk<kShared>(c + 3072 + 32 * g + 16);
+    k.d = ld_chunk4<kShared>(c + 3328 + 4 * g);
+  }
+  // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
+  // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
+  static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
+    const half2 k1056 = __half2half2(__ushort_as_half(0x6420));  // 1024 + 32
+    const half2 k1152 = __half2half2(__ushort_as_half(0x6480));  // 1024 + 128
+    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+    const half2 km96 = __half2half2(__ushort_as_half(0xD600));   // -96
+    // Group s's (d sc) of rows g and g + 8.
+    const uint32_t sw = word_of(k.sc[s / 8], (s / 2) % 4);
+    const half2 pg = __hmul2(__hsub2(byte_pair(sw, s % 2, 0x64646464u), k1152), as_half2(k.d));
+    const half2 s_g = __low2half2(pg), s_g8 = __high2half2(pg);
+    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
+    const uint32_t hw = word_of(k.h[s / 8], (s / 2) % 4);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const bool odd = j % 2 == 1;
+      const uint32_t lo = odd ? lop_nibbles_hi(j < 2 ? w : w8) : lop_nibbles(j < 2 ? w : w8);
+      // The pair's high bits sit at 2 j + 8 (s % 2); they go to bit 4 (even j) or 8 (odd j).
+      const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
+      const uint32_t hi = from >= to ? (hw >> (from - to)) : (hw << (to - from));
+      uint32_t raw;  // lo | (hi & mask): the high bits above the nibble
+      asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+          : "=r"(raw)
+          : "r"(hi), "r"(odd ? 0x03000300u : 0x00300030u), "r"(lo));
+      const half2 q = odd ? __hfma2(as_half2(raw), k16th, km96) : __hsub2(as_half2(raw), k1056);
+      a[j] = as_u32(__hmul2(q, j % 2 == 0 ? s_g : s_g8));
+    }
+  }
+};
+
+// The wide layout (SALVO_HALF_COMPACT=0, the default until the compact one is measured on a
+// GPU): each row's scales as fp16 products, Q4_K half2 (d sc, dmin m) a sub-block at 2048 + 4 (8
+// rt + j), Q6_K half d sc a group at 3072 + 32 rt + 2 j.
+struct FmtQ4KWide {
+  static constexpr int kBytes = kQ4KWideChunk;
   struct Regs {
     uint4 q[4];
     uint4 sm[4];  // row g: sm[0..1] (sub-blocks 0-7), row g + 8: sm[2..3]
@@ -144,8 +282,8 @@ struct FmtQ4K {
   }
 };
 
-struct FmtQ6K {
-  static constexpr int kBytes = kQ6KChunk;
+struct FmtQ6KWide {
+  static constexpr int kBytes = kQ6KWideChunk;
   struct Regs {
     uint4 q[4];
     uint4 h[2];
@@ -209,7 +347,28 @@ struct HalfPart {
 // Qwen2.5-Coder-1.5B 8-row pass 1.313, 1.319 against 1.351, 1.351 ms, 1 row 1.201, 1.204 against
 // 1.216, 1.217; drafted code passes (traced) 1.305, 1.309 against 1.330, 1.332; the random 7B
 // unchanged (2.41-2.42 ms at 1 row, 2.66 at 8: its Q/K/V launch already takes two waves).
-struct FmtMixed {};
+template <class Q4, class Q6>
+struct FmtMixedOf {
+  using Q4K = Q4;
+  using Q6K = Q6;
+};
+using FmtMixed = FmtMixedOf<FmtQ4K, FmtQ6K>;
+using FmtMixedWide = FmtMixedOf<FmtQ4KWide, FmtQ6KWide>;
+template <class F>
+constexpr bool kIsMixed = false;
+template <class Q4, class Q6>
+constexpr bool kIsMixed<FmtMixedOf<Q4, Q6>> = true;
+template <class F>
+constexpr bool kIsQ6K = std::is_same_v<F, FmtQ6K> || std::is_same_v<F, FmtQ6KWide>;
+// The bytes of a bulk ring's slot: a mixed launch's take Q6_K's chunk.
+template <class F>
+constexpr int slot_bytes() {
+  if constexpr (kIsMixed<F>) {
+    return F::Q6K::kBytes;
+  } else {
+    return F::kBytes;
+  }
+}
 
 // The elements (a, b) of rotation pair p of a head (rope_row_order): pairs below n_rot / 2
 // rotate (NEOX: i and i + n_rot / 2; else 2i and 2i + 1), the rest are consecutive elements.
@@ -657,9 +816,11 @@ __device__ __forceinline__ void half_tiles(const HalfGroup& grp) {
   while (part + 1 < grp.n && static_cast<int>(blockIdx.x) >= grp.first[part + 1]) ++part;
   const HalfPart& m = grp.m[part];
   const int tile = blockIdx.x - grp.first[part];
-  if constexpr (std::is_same_v<F, FmtMixed>) {
-    if ((grp.q6k_parts >> part) & 1) return tile_work<FmtQ6K, NT, Stage, Form>(grp, m, tile);
-    return tile_work<FmtQ4K, NT, Stage, Form>(grp, m, tile);
+  if constexpr (kIsMixed<F>) {
+    if ((grp.q6k_parts >> part) & 1) {
+      return tile_work<typename F::Q6K, NT, Stage, Form>(grp, m, tile);
+    }
+    return tile_work<typename F::Q4K, NT, Stage, Form>(grp, m, tile);
   } else {
     return tile_work<F, NT, Stage, Form>(grp, m, tile);
   }
@@ -782,9 +943,9 @@ bool half_cluster() { return env_int("SALVO_HALF_CLUSTER", 1) != 0 && hopper(); 
 enum BulkClass { kBulkQ6K = 1, kBulkMixed = 2, kBulkQkv = 4, kBulkQ4K = 8 };
 template <class F>
 int bulk_class(const HalfGroup& grp) {
-  if constexpr (std::is_same_v<F, FmtQ6K>) {
+  if constexpr (kIsQ6K<F>) {
     return kBulkQ6K;
-  } else if constexpr (std::is_same_v<F, FmtMixed>) {
+  } else if constexpr (kIsMixed<F>) {
     return kBulkMixed;
   } else {
     for (int i = 0; i < grp.n; ++i) {
@@ -804,19 +965,23 @@ int half_bulk(const HalfGroup& grp) {
 // mixed launch's slots take Q6_K's chunk).
 template <class F>
 size_t bulk_smem_bytes(int depth, int warps) {
-  const int chunk = std::is_same_v<F, FmtQ4K> ? kQ4KChunk : kQ6KChunk;
-  return kMaxWarps * 4 * sizeof(uint64_t) + static_cast<size_t>(depth) * warps * chunk;
+  return kMaxWarps * 4 * sizeof(uint64_t) + static_cast<size_t>(depth) * warps * slot_bytes<F>();
 }
 // Past the 48 KB a launch gets without asking, and all of the SM's memory as shared (the weights
 // skip L1 in this form): asked once, before captures.
 void allow_bulk_smem() {
   static const bool done = [] {
-    const int most = static_cast<int>(bulk_smem_bytes<FmtQ6K>(4, kMaxWarps));
+    const int most = static_cast<int>(bulk_smem_bytes<FmtQ6KWide>(4, kMaxWarps));
     for (const void* k :
          {(const void*)half_kernel_b<FmtQ4K, kBulk3>, (const void*)half_kernel_b<FmtQ6K, kBulk3>,
           (const void*)half_kernel_b<FmtMixed, kBulk3>, (const void*)half_kernel_b<FmtQ4K, kBulk4>,
-          (const void*)half_kernel_b<FmtQ6K, kBulk4>,
-          (const void*)half_kernel_b<FmtMixed, kBulk4>}) {
+          (const void*)half_kernel_b<FmtQ6K, kBulk4>, (const void*)half_kernel_b<FmtMixed, kBulk4>,
+          (const void*)half_kernel_b<FmtQ4KWide, kBulk3>,
+          (const void*)half_kernel_b<FmtQ6KWide, kBulk3>,
+          (const void*)half_kernel_b<FmtMixedWide, kBulk3>,
+          (const void*)half_kernel_b<FmtQ4KWide, kBulk4>,
+          (const void*)half_kernel_b<FmtQ6KWide, kBulk4>,
+          (const void*)half_kernel_b<FmtMixedWide, kBulk4>}) {
       SALVO_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
       SALVO_CUDA_CHECK(
           cudaFuncSetAttribute(k, cudaFuncAttributePreferredSharedMemoryCarveout, 100));
@@ -868,7 +1033,10 @@ void allow_stage_smem() {
   static const bool done = [] {
     for (const void* k :
          {(const void*)half_kernel<FmtQ4K, 1, true>, (const void*)half_kernel<FmtQ6K, 1, true>,
-          (const void*)half_kernel<FmtMixed, 1, true>}) {
+          (const void*)half_kernel<FmtMixed, 1, true>,
+          (const void*)half_kernel<FmtQ4KWide, 1, true>,
+          (const void*)half_kernel<FmtQ6KWide, 1, true>,
+          (const void*)half_kernel<FmtMixedWide, 1, true>}) {
       SALVO_CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(stage_bytes(kMaxWarps))));
     }
@@ -917,26 +1085,40 @@ void launch_rows(const HalfGroup& grp, int warps, cudaStream_t stream) {
   launch_nt<F, 8>(grp, warps, stream);
 }
 
+// A piece of a group in its format: Q4_K, Q6_K or both (FmtMixedOf) in one layout.
+template <class Q4, class Q6, class Mixed>
+void launch_format(const HalfGroup& piece, bool mixed, DType type, int warps, cudaStream_t stream) {
+  if (mixed) {
+    launch_rows<Mixed>(piece, warps, stream);
+  } else if (type == DType::kQ4_K) {
+    launch_rows<Q4>(piece, warps, stream);
+  } else {
+    launch_rows<Q6>(piece, warps, stream);
+  }
+}
+
 // ---- packing (host) ----
-// One GGUF super-block as 256 quants (0-15 or 0-63) and float scales (Q4_K: 8 sub-blocks of
-// (d sc, dmin m); Q6_K: 16 groups of d sc).
+// One GGUF super-block as 256 quants (0-15 or 0-63), its d and dmin, and its scales (Q4_K: 8
+// sub-blocks of sc, m; Q6_K: 16 groups of sc).
 struct Unpacked {
   uint8_t q[256];
-  float scale[16], min[16];
+  float d, dmin;
+  int sc[16], m[16];
 };
 void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
   if (type == DType::kQ4_K) {
     uint16_t dh, dmh;
     std::memcpy(&dh, b, 2);
     std::memcpy(&dmh, b + 2, 2);
-    const float d = fp16_to_fp32(dh), dmin = fp16_to_fp32(dmh);
+    u.d = fp16_to_fp32(dh);
+    u.dmin = fp16_to_fp32(dmh);
     const uint8_t* scales = b + 4;
     const uint8_t* qs = b + 16;
     for (int sub = 0; sub < 8; ++sub) {
       uint8_t sc, m;
       scale_min_k4(sub, scales, &sc, &m);
-      u.scale[sub] = d * static_cast<float>(sc);
-      u.min[sub] = dmin * static_cast<float>(m);
+      u.sc[sub] = sc;
+      u.m[sub] = m;
       for (int l = 0; l < 32; ++l) {
         const uint8_t byte = qs[32 * (sub / 2) + l];
         u.q[32 * sub + l] = sub % 2 == 0 ? (byte & 0xF) : (byte >> 4);
@@ -950,8 +1132,12 @@ void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
   const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192);
   uint16_t dh;
   std::memcpy(&dh, b + 208, 2);
-  const float d = fp16_to_fp32(dh);
-  for (int g = 0; g < 16; ++g) u.scale[g] = d * static_cast<float>(sc[g]);
+  u.d = fp16_to_fp32(dh);
+  u.dmin = 0.0f;
+  for (int g = 0; g < 16; ++g) {
+    u.sc[g] = sc[g];
+    u.m[g] = 0;
+  }
   for (int n = 0; n < 2; ++n) {
     for (int l = 0; l < 32; ++l) {
       const uint8_t a = ql[64 * n + l], c = ql[64 * n + l + 32], h = qh[32 * n + l];
@@ -962,6 +1148,31 @@ void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
       q[l + 96] = static_cast<uint8_t>((c >> 4) | (((h >> 6) & 3) << 4));
     }
   }
+}
+
+// The wide layout's scales of tile row rt: the fp16 products d sc (and dmin m) times up.
+void put_wide_scales(uint8_t* c, DType type, int rt, const Unpacked& u, float up) {
+  if (type == DType::kQ4_K) {
+    for (int sub = 0; sub < 8; ++sub) {
+      const uint16_t hs = fp32_to_fp16(u.d * static_cast<float>(u.sc[sub]) * up);
+      const uint16_t hm = fp32_to_fp16(u.dmin * static_cast<float>(u.m[sub]) * up);
+      std::memcpy(c + 2048 + 4 * (8 * rt + sub), &hs, 2);
+      std::memcpy(c + 2048 + 4 * (8 * rt + sub) + 2, &hm, 2);
+    }
+    return;
+  }
+  for (int grp = 0; grp < 16; ++grp) {
+    const uint16_t hs = fp32_to_fp16(u.d * static_cast<float>(u.sc[grp]) * up);
+    std::memcpy(c + 3072 + 32 * rt + 2 * grp, &hs, 2);
+  }
+}
+
+// The fp16 of v * up, or 0 where every one of its n factors is 0: v then multiplies nothing,
+// and a d that no scale bounds could overflow 256 d (the layout comment).
+uint16_t scaled_half(float v, float up, const int* factors, int n) {
+  bool any = false;
+  for (int i = 0; i < n; ++i) any = any || factors[i] != 0;
+  return fp32_to_fp16(any ? v * up : 0.0f);
 }
 
 // The low nibble of quant k of tile row rt into the fragment-ordered 2048 bytes at c.
@@ -986,13 +1197,21 @@ void put_high(uint8_t* c, int rt, int k, int q) {
   std::memcpy(at, &word, 4);
 }
 
-int chunk_bytes(DType type) { return type == DType::kQ4_K ? kQ4KChunk : kQ6KChunk; }
+int chunk_bytes(DType type, bool compact) {
+  if (!compact) return type == DType::kQ4_K ? kQ4KWideChunk : kQ6KWideChunk;
+  return type == DType::kQ4_K ? kQ4KChunk : kQ6KChunk;
+}
 int block_bytes(DType type) { return type == DType::kQ4_K ? 144 : 210; }
 
 }  // namespace
 
 bool half_enabled() {
   static const bool on = env_on("SALVO_CUDA_HALF");
+  return on;
+}
+
+bool half_compact() {
+  static const bool on = env_int("SALVO_HALF_COMPACT", 0) != 0;
   return on;
 }
 
@@ -1021,15 +1240,15 @@ void parallel_for(int64_t n, Fn fn) {
 }
 }  // namespace
 
-int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in) {
-  return (n_out + 15) / 16 * (n_in / 256) * chunk_bytes(type);
+int64_t half_packed_bytes(DType type, int64_t n_out, int64_t n_in, bool compact) {
+  return (n_out + 15) / 16 * (n_in / 256) * chunk_bytes(type, compact);
 }
 
 std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out, int64_t n_in,
-                                       float* scale) {
+                                       float* scale, bool compact) {
   SALVO_CHECK(half_supported(type, n_out, n_in));
   const int64_t n_sb = n_in / 256, tiles = (n_out + 15) / 16;
-  const int chunk = chunk_bytes(type), bb = block_bytes(type);
+  const int chunk = chunk_bytes(type, compact), bb = block_bytes(type);
   const uint8_t* src = static_cast<const uint8_t*>(w);
   // The power of two that brings the largest scale or min near 256 (fp16's normal range is
   // 6.1e-5 to 65504; a dequantized weight is at most 63 of its scale).
@@ -1041,7 +1260,9 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
       for (int64_t b = 0; b < n_sb; ++b) {
         unpack_block(type, src + (r * n_sb + b) * bb, u);
         for (int i = 0; i < n_scales; ++i) {
-          largest[tile] = std::max({largest[tile], std::fabs(u.scale[i]), std::fabs(u.min[i])});
+          const float s = std::fabs(u.d * static_cast<float>(u.sc[i]));
+          const float m = std::fabs(u.dmin * static_cast<float>(u.m[i]));
+          largest[tile] = std::max({largest[tile], s, m});
         }
       }
     }
@@ -1054,7 +1275,7 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
   }
   const float up = std::ldexp(1.0f, shift);
   *scale = std::ldexp(1.0f, -shift);
-  std::vector<uint8_t> out(static_cast<size_t>(half_packed_bytes(type, n_out, n_in)), 0);
+  std::vector<uint8_t> out(static_cast<size_t>(half_packed_bytes(type, n_out, n_in, compact)), 0);
   parallel_for(tiles, [&](int64_t tile) {
     Unpacked u{};
     for (int64_t r = 16 * tile; r < std::min(n_out, 16 * tile + 16); ++r) {
@@ -1066,18 +1287,26 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
           put_nibble(c, rt, k, u.q[k]);
           if (type == DType::kQ6_K) put_high(c, rt, k, u.q[k]);
         }
+        if (!compact) {
+          put_wide_scales(c, type, rt, u, up);
+          continue;
+        }
+        const int g = rt % 8, h = rt / 8;
         if (type == DType::kQ4_K) {
           for (int sub = 0; sub < 8; ++sub) {
-            const uint16_t hs = fp32_to_fp16(u.scale[sub] * up);
-            const uint16_t hm = fp32_to_fp16(u.min[sub] * up);
-            std::memcpy(c + 2048 + 4 * (8 * rt + sub), &hs, 2);
-            std::memcpy(c + 2048 + 4 * (8 * rt + sub) + 2, &hm, 2);
+            c[2048 + 32 * g + 4 * sub + 2 * h] = static_cast<uint8_t>(4 * u.sc[sub]);
+            c[2048 + 32 * g + 4 * sub + 2 * h + 1] = static_cast<uint8_t>(4 * u.m[sub]);
           }
+          const uint16_t hd = scaled_half(256.0f * u.d, up, u.sc, 8);
+          const uint16_t hm = scaled_half(-256.0f * u.dmin, up, u.m, 8);
+          std::memcpy(c + 2304 + 8 * g + 4 * h, &hd, 2);
+          std::memcpy(c + 2304 + 8 * g + 4 * h + 2, &hm, 2);
         } else {
           for (int grp = 0; grp < 16; ++grp) {
-            const uint16_t hs = fp32_to_fp16(u.scale[grp] * up);
-            std::memcpy(c + 3072 + 32 * rt + 2 * grp, &hs, 2);
+            c[3072 + 32 * g + 2 * grp + h] = static_cast<uint8_t>(u.sc[grp] + 128);
           }
+          const uint16_t hd = scaled_half(u.d, up, u.sc, 16);
+          std::memcpy(c + 3328 + 4 * g + 2 * h, &hd, 2);
         }
       }
     }
@@ -1204,12 +1433,10 @@ void matmul_half_group(const MatmulParams* parts, int n_parts, cudaStream_t stre
     for (int i = 0; i < n_parts; ++i) {  // a gated matrix writes n_out / 2 columns a row
       piece.m[i].y = parts[i].y + r0 * (p.gated ? p.n_out / 2 : parts[i].n_out);
     }
-    if (mixed) {
-      launch_rows<FmtMixed>(piece, sh.warps, stream);
-    } else if (p.type == DType::kQ4_K) {
-      launch_rows<FmtQ4K>(piece, sh.warps, stream);
+    if (!half_compact()) {
+      launch_format<FmtQ4KWide, FmtQ6KWide, FmtMixedWide>(piece, mixed, p.type, sh.warps, stream);
     } else {
-      launch_rows<FmtQ6K>(piece, sh.warps, stream);
+      launch_format<FmtQ4K, FmtQ6K, FmtMixed>(piece, mixed, p.type, sh.warps, stream);
     }
   }
 }
