@@ -141,6 +141,50 @@ __device__ __forceinline__ uint32_t word_of(const uint4& v, int j) {
 __device__ __forceinline__ half2 as_half2(uint32_t v) { return *reinterpret_cast<half2*>(&v); }
 __device__ __forceinline__ uint32_t as_u32(half2 v) { return *reinterpret_cast<uint32_t*>(&v); }
 
+// The fragment registers of a Q4_K k16 step from its quants' word w and the rows' (scale,
+// -min): registers 1 and 3 take their nibbles where they lie (bits 4-7 / 20-23 of w and of w >>
+// 8: fp16 1024 + 16 q, which x / 16 - 64 turns into q exactly), so a step shifts once, not three
+// times. Both layouts (below) share it.
+__device__ __forceinline__ void q4k_regs(uint32_t w, half2 s_g, half2 m_g, half2 s_g8, half2 m_g8,
+                                         uint32_t (&a)[4]) {
+  const half2 k1024 = __half2half2(__ushort_as_half(0x6400));
+  const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+  const half2 km64 = __half2half2(__ushort_as_half(0xD400));   // -64
+  const uint32_t w8 = w >> 8;
+  const half2 q0 = __hsub2(as_half2(lop_nibbles(w)), k1024);
+  const half2 q1 = __hfma2(as_half2(lop_nibbles_hi(w)), k16th, km64);
+  const half2 q2 = __hsub2(as_half2(lop_nibbles(w8)), k1024);
+  const half2 q3 = __hfma2(as_half2(lop_nibbles_hi(w8)), k16th, km64);
+  a[0] = as_u32(__hfma2(q0, s_g, m_g));
+  a[1] = as_u32(__hfma2(q1, s_g8, m_g8));
+  a[2] = as_u32(__hfma2(q2, s_g, m_g));
+  a[3] = as_u32(__hfma2(q3, s_g8, m_g8));
+}
+
+// The same for Q6_K step s, hw its high bits' word: registers 1 and 3 take their nibbles at bits
+// 4-7 (16 times the quant), their high bits go to bits 8-9, and x / 16 - 96 gives q - 32.
+__device__ __forceinline__ void q6k_regs(uint32_t w, uint32_t hw, int s, half2 s_g, half2 s_g8,
+                                         uint32_t (&a)[4]) {
+  const half2 k1056 = __half2half2(__ushort_as_half(0x6420));  // 1024 + 32
+  const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
+  const half2 km96 = __half2half2(__ushort_as_half(0xD600));   // -96
+  const uint32_t w8 = w >> 8;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const bool odd = j % 2 == 1;
+    const uint32_t lo = odd ? lop_nibbles_hi(j < 2 ? w : w8) : lop_nibbles(j < 2 ? w : w8);
+    // The pair's high bits sit at 2 j + 8 (s % 2); they go to bit 4 (even j) or 8 (odd j).
+    const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
+    const uint32_t hi = from >= to ? (hw >> (from - to)) : (hw << (to - from));
+    uint32_t raw;  // lo | (hi & mask): the high bits above the nibble
+    asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
+        : "=r"(raw)
+        : "r"(hi), "r"(odd ? 0x03000300u : 0x00300030u), "r"(lo));
+    const half2 q = odd ? __hfma2(as_half2(raw), k16th, km96) : __hsub2(as_half2(raw), k1056);
+    a[j] = as_u32(__hmul2(q, j % 2 == 0 ? s_g : s_g8));
+  }
+}
+
 // Bytes 2 e and 2 e + 1 of w as the low bytes of two fp16, beside `high` (PRMT).
 __device__ __forceinline__ half2 byte_pair(uint32_t w, int e, uint32_t high) {
   return as_half2(__byte_perm(w, high, e == 0 ? 0x4140 : 0x4342));
@@ -167,25 +211,12 @@ struct FmtQ4K {
     const half2 dm = as_half2(h == 0 ? k.dm.x : k.dm.y);
     return __hfma2(byte_pair(word_of(k.sm[j / 4], j % 4), h, 0x3C3C3C3Cu), dm, __hneg2(dm));
   }
-  // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
-  // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
-  // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
+  // The fragment registers of k16 step s (0-15) of the super-block.
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
-    const half2 k1024 = __half2half2(__ushort_as_half(0x6400));
-    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
-    const half2 km64 = __half2half2(__ushort_as_half(0xD400));   // -64
     const half2 hg = scale_min(k, s / 2, 0), hg8 = scale_min(k, s / 2, 1);
     const half2 s_g = __low2half2(hg), m_g = __high2half2(hg);
     const half2 s_g8 = __low2half2(hg8), m_g8 = __high2half2(hg8);
-    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
-    const half2 q0 = __hsub2(as_half2(lop_nibbles(w)), k1024);
-    const half2 q1 = __hfma2(as_half2(lop_nibbles_hi(w)), k16th, km64);
-    const half2 q2 = __hsub2(as_half2(lop_nibbles(w8)), k1024);
-    const half2 q3 = __hfma2(as_half2(lop_nibbles_hi(w8)), k16th, km64);
-    a[0] = as_u32(__hfma2(q0, s_g, m_g));
-    a[1] = as_u32(__hfma2(q1, s_g8, m_g8));
-    a[2] = as_u32(__hfma2(q2, s_g, m_g));
-    a[3] = as_u32(__hfma2(q3, s_g8, m_g8));
+    q4k_regs(word_of(k.q[s / 4], s % 4), s_g, m_g, s_g8, m_g8, a);
   }
 };
 
@@ -208,33 +239,14 @@ struct FmtQ6K {
     k.sc[1] = ld_chunk<kShared>(c + 3072 + 32 * g + 16);
     k.d = ld_chunk4<kShared>(c + 3328 + 4 * g);
   }
-  // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
-  // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
+  // The fragment registers of k16 step s (0-15) of the super-block.
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
-    const half2 k1056 = __half2half2(__ushort_as_half(0x6420));  // 1024 + 32
     const half2 k1152 = __half2half2(__ushort_as_half(0x6480));  // 1024 + 128
-    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
-    const half2 km96 = __half2half2(__ushort_as_half(0xD600));   // -96
     // Group s's (d sc) of rows g and g + 8.
     const uint32_t sw = word_of(k.sc[s / 8], (s / 2) % 4);
     const half2 pg = __hmul2(__hsub2(byte_pair(sw, s % 2, 0x64646464u), k1152), as_half2(k.d));
     const half2 s_g = __low2half2(pg), s_g8 = __high2half2(pg);
-    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
-    const uint32_t hw = word_of(k.h[s / 8], (s / 2) % 4);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bool odd = j % 2 == 1;
-      const uint32_t lo = odd ? lop_nibbles_hi(j < 2 ? w : w8) : lop_nibbles(j < 2 ? w : w8);
-      // The pair's high bits sit at 2 j + 8 (s % 2); they go to bit 4 (even j) or 8 (odd j).
-      const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
-      const uint32_t hi = from >= to ? (hw >> (from - to)) : (hw << (to - from));
-      uint32_t raw;  // lo | (hi & mask): the high bits above the nibble
-      asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
-          : "=r"(raw)
-          : "r"(hi), "r"(odd ? 0x03000300u : 0x00300030u), "r"(lo));
-      const half2 q = odd ? __hfma2(as_half2(raw), k16th, km96) : __hsub2(as_half2(raw), k1056);
-      a[j] = as_u32(__hmul2(q, j % 2 == 0 ? s_g : s_g8));
-    }
+    q6k_regs(word_of(k.q[s / 4], s % 4), word_of(k.h[s / 8], (s / 2) % 4), s, s_g, s_g8, a);
   }
 };
 
@@ -258,27 +270,14 @@ struct FmtQ4KWide {
     k.sm[2] = ld_chunk<kShared>(sm + 32 * (g + 8));
     k.sm[3] = ld_chunk<kShared>(sm + 32 * (g + 8) + 16);
   }
-  // The fragment registers of k16 step s (0-15) of the super-block. Registers 1 and 3 take
-  // their nibbles where they lie (bits 4-7 / 20-23 of w and of w >> 8: fp16 1024 + 16 q, which
-  // x / 16 - 64 turns into q exactly), so a step shifts once instead of three times.
+  // The fragment registers of k16 step s (0-15) of the super-block.
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
-    const half2 k1024 = __half2half2(__ushort_as_half(0x6400));
-    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
-    const half2 km64 = __half2half2(__ushort_as_half(0xD400));   // -64
     const int sub = s / 2;
     const half2 hg = as_half2(word_of(k.sm[sub / 4], sub % 4));
     const half2 hg8 = as_half2(word_of(k.sm[2 + sub / 4], sub % 4));
     const half2 s_g = __low2half2(hg), m_g = __hneg2(__high2half2(hg));
     const half2 s_g8 = __low2half2(hg8), m_g8 = __hneg2(__high2half2(hg8));
-    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
-    const half2 q0 = __hsub2(as_half2(lop_nibbles(w)), k1024);
-    const half2 q1 = __hfma2(as_half2(lop_nibbles_hi(w)), k16th, km64);
-    const half2 q2 = __hsub2(as_half2(lop_nibbles(w8)), k1024);
-    const half2 q3 = __hfma2(as_half2(lop_nibbles_hi(w8)), k16th, km64);
-    a[0] = as_u32(__hfma2(q0, s_g, m_g));
-    a[1] = as_u32(__hfma2(q1, s_g8, m_g8));
-    a[2] = as_u32(__hfma2(q2, s_g, m_g));
-    a[3] = as_u32(__hfma2(q3, s_g8, m_g8));
+    q4k_regs(word_of(k.q[s / 4], s % 4), s_g, m_g, s_g8, m_g8, a);
   }
 };
 
@@ -302,32 +301,13 @@ struct FmtQ6KWide {
     k.sc[2] = ld_chunk<kShared>(sc + 32 * (g + 8));
     k.sc[3] = ld_chunk<kShared>(sc + 32 * (g + 8) + 16);
   }
-  // As Q4_K's: registers 1 and 3 take their nibbles at bits 4-7 (16 times the quant), their
-  // high bits go to bits 8-9, and x / 16 - 96 gives q - 32 exactly.
+  // The fragment registers of k16 step s (0-15) of the super-block.
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
-    const half2 k1056 = __half2half2(__ushort_as_half(0x6420));  // 1024 + 32
-    const half2 k16th = __half2half2(__ushort_as_half(0x2C00));  // 1 / 16
-    const half2 km96 = __half2half2(__ushort_as_half(0xD600));   // -96
     const half2 pg = as_half2(word_of(k.sc[s / 8], (s / 2) % 4));
     const half2 pg8 = as_half2(word_of(k.sc[2 + s / 8], (s / 2) % 4));
     const half2 s_g = s % 2 == 0 ? __low2half2(pg) : __high2half2(pg);
     const half2 s_g8 = s % 2 == 0 ? __low2half2(pg8) : __high2half2(pg8);
-    const uint32_t w = word_of(k.q[s / 4], s % 4), w8 = w >> 8;
-    const uint32_t hw = word_of(k.h[s / 8], (s / 2) % 4);
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const bool odd = j % 2 == 1;
-      const uint32_t lo = odd ? lop_nibbles_hi(j < 2 ? w : w8) : lop_nibbles(j < 2 ? w : w8);
-      // The pair's high bits sit at 2 j + 8 (s % 2); they go to bit 4 (even j) or 8 (odd j).
-      const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
-      const uint32_t hi = from >= to ? (hw >> (from - to)) : (hw << (to - from));
-      uint32_t raw;  // lo | (hi & mask): the high bits above the nibble
-      asm("lop3.b32 %0, %1, %2, %3, 0xEA;\n"
-          : "=r"(raw)
-          : "r"(hi), "r"(odd ? 0x03000300u : 0x00300030u), "r"(lo));
-      const half2 q = odd ? __hfma2(as_half2(raw), k16th, km96) : __hsub2(as_half2(raw), k1056);
-      a[j] = as_u32(__hmul2(q, j % 2 == 0 ? s_g : s_g8));
-    }
+    q6k_regs(word_of(k.q[s / 4], s % 4), word_of(k.h[s / 8], (s / 2) % 4), s, s_g, s_g8, a);
   }
 };
 
