@@ -1130,6 +1130,36 @@ void unpack_block(DType type, const uint8_t* b, Unpacked& u) {
   }
 }
 
+// The fp16 of v * up, or 0 where every one of its n factors is 0: v then multiplies nothing,
+// and a d that no scale bounds could overflow 256 d (the layout comment).
+uint16_t scaled_half(float v, float up, const int* factors, int n) {
+  bool any = false;
+  for (int i = 0; i < n; ++i) any = any || factors[i] != 0;
+  return fp32_to_fp16(any ? v * up : 0.0f);
+}
+
+// The compact layout's scales of tile row rt (the layout comment at the top): its scale bytes,
+// then its d (and -dmin) times up.
+void put_compact_scales(uint8_t* c, DType type, int rt, const Unpacked& u, float up) {
+  const int g = rt % 8, h = rt / 8;
+  if (type == DType::kQ4_K) {
+    for (int sub = 0; sub < 8; ++sub) {
+      c[2048 + 32 * g + 4 * sub + 2 * h] = static_cast<uint8_t>(4 * u.sc[sub]);
+      c[2048 + 32 * g + 4 * sub + 2 * h + 1] = static_cast<uint8_t>(4 * u.m[sub]);
+    }
+    const uint16_t hd = scaled_half(256.0f * u.d, up, u.sc, 8);
+    const uint16_t hm = scaled_half(-256.0f * u.dmin, up, u.m, 8);
+    std::memcpy(c + 2304 + 8 * g + 4 * h, &hd, 2);
+    std::memcpy(c + 2304 + 8 * g + 4 * h + 2, &hm, 2);
+  } else {
+    for (int grp = 0; grp < 16; ++grp) {
+      c[3072 + 32 * g + 2 * grp + h] = static_cast<uint8_t>(u.sc[grp] + 128);
+    }
+    const uint16_t hd = scaled_half(u.d, up, u.sc, 16);
+    std::memcpy(c + 3328 + 4 * g + 2 * h, &hd, 2);
+  }
+}
+
 // The wide layout's scales of tile row rt: the fp16 products d sc (and dmin m) times up.
 void put_wide_scales(uint8_t* c, DType type, int rt, const Unpacked& u, float up) {
   if (type == DType::kQ4_K) {
@@ -1145,14 +1175,6 @@ void put_wide_scales(uint8_t* c, DType type, int rt, const Unpacked& u, float up
     const uint16_t hs = fp32_to_fp16(u.d * static_cast<float>(u.sc[grp]) * up);
     std::memcpy(c + 3072 + 32 * rt + 2 * grp, &hs, 2);
   }
-}
-
-// The fp16 of v * up, or 0 where every one of its n factors is 0: v then multiplies nothing,
-// and a d that no scale bounds could overflow 256 d (the layout comment).
-uint16_t scaled_half(float v, float up, const int* factors, int n) {
-  bool any = false;
-  for (int i = 0; i < n; ++i) any = any || factors[i] != 0;
-  return fp32_to_fp16(any ? v * up : 0.0f);
 }
 
 // The low nibble of quant k of tile row rt into the fragment-ordered 2048 bytes at c.
@@ -1267,26 +1289,10 @@ std::vector<uint8_t> pack_half_weights(DType type, const void* w, int64_t n_out,
           put_nibble(c, rt, k, u.q[k]);
           if (type == DType::kQ6_K) put_high(c, rt, k, u.q[k]);
         }
-        if (!compact) {
-          put_wide_scales(c, type, rt, u, up);
-          continue;
-        }
-        const int g = rt % 8, h = rt / 8;
-        if (type == DType::kQ4_K) {
-          for (int sub = 0; sub < 8; ++sub) {
-            c[2048 + 32 * g + 4 * sub + 2 * h] = static_cast<uint8_t>(4 * u.sc[sub]);
-            c[2048 + 32 * g + 4 * sub + 2 * h + 1] = static_cast<uint8_t>(4 * u.m[sub]);
-          }
-          const uint16_t hd = scaled_half(256.0f * u.d, up, u.sc, 8);
-          const uint16_t hm = scaled_half(-256.0f * u.dmin, up, u.m, 8);
-          std::memcpy(c + 2304 + 8 * g + 4 * h, &hd, 2);
-          std::memcpy(c + 2304 + 8 * g + 4 * h + 2, &hm, 2);
+        if (compact) {
+          put_compact_scales(c, type, rt, u, up);
         } else {
-          for (int grp = 0; grp < 16; ++grp) {
-            c[3072 + 32 * g + 2 * grp + h] = static_cast<uint8_t>(u.sc[grp] + 128);
-          }
-          const uint16_t hd = scaled_half(u.d, up, u.sc, 16);
-          std::memcpy(c + 3328 + 4 * g + 2 * h, &hd, 2);
+          put_wide_scales(c, type, rt, u, up);
         }
       }
     }
