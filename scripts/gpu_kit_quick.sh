@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # A kit's short job, for a window with little device time left (a start costs 1-2 minutes of
-# it): one call that runs cuda_ops_test, then the random 7B's pp512, tg128 and 1- / 16- / 64-row
-# passes and the random 1.5B's tg128, 1- and 16-row passes for each form of the kit's ab.conf
-# (its KIT_* words ignored but KIT_BIN=alt, which takes KIT.alt's salvo), alternated twice; a
-# line a form, shape and run. About 3 minutes on an H100:
+# it): one call that runs cuda_ops_test under each form's environment (a form's variables may
+# pick other kernels), then the random 7B's pp512, tg128 and 1- / 16- / 64-row passes and the
+# random 1.5B's tg128, 1- and 16-row passes for each form of the kit's ab.conf (its KIT_* words
+# ignored but KIT_BIN=alt, which takes KIT.alt's salvo and runs no tests), alternated twice; a
+# line a form, shape and run. About 3 minutes on an H100, a minute more a form's tests:
 #   bash KIT/quick.sh      carry [KIT] or [KIT, KIT.alt]   (timeout_s a little under the budget)
 # QUICK_CTX="127 128 512": instead, each form's 1- and 16-row passes (no tg128 / pp512) at those
 # verification contexts on both shapes (a 1-row pass at context C sees C + 1 keys, 128 keys an
 # attention split: 127 against 128 times the step to a merged split). QUICK_OPS=0: no
-# cuda_ops_test (a form that changes no kernel). QUICK_CONF=FILE: the forms of FILE (a path inside
+# cuda_ops_test (forms that change no kernel). QUICK_MODEL=1: also cuda_model_test on the random
+# 1.5B for each form (a new kernel's whole-model check; ~1 minute a form). QUICK_CONF=FILE: the forms of FILE (a path inside
 # the kit) instead of ab.conf. A second call on the warm machine reuses the first's models.
 # QUICK_NCU=REGEX of a mangled kernel name (e.g. attention_kernelILb1ELi1ELb0E, the verification
 # passes' attention; prefill's takes pairs): instead of the timings, where that kernel's warps
@@ -20,7 +22,7 @@ set -u
 kit=$(cd "$(dirname "$0")" && pwd)
 W=/root/quick
 mkdir -p $W/bin /root/site
-for f in "$kit"/bin/salvo.gz "$kit"/bin/cuda_ops_test.gz; do
+for f in "$kit"/bin/salvo.gz "$kit"/bin/cuda_ops_test.gz "$kit"/bin/cuda_model_test.gz; do
   gunzip -c "$f" >$W/bin/$(basename "$f" .gz)
 done
 cp "$kit"/bin/*.so* $W/bin/ && chmod +x $W/bin/*
@@ -36,10 +38,30 @@ for shape in 7b:r7 1.5b:r15; do
     --tokenizer "$kit"/qwen2.gguf --out $W/${shape#*:}.gguf >$W/gen_${shape#*:}.log 2>&1
   touch $W/${shape#*:}.ok) &
 done
-if [ "${QUICK_OPS:-1}" != 0 ]; then
-  (cd $W && timeout 120 ./bin/cuda_ops_test >$W/ops.log 2>&1; echo "cuda_ops_test rc $?")
-  grep -E "^\[  (FAILED|PASSED) " $W/ops.log | head -8
-fi
+conf=$kit/${QUICK_CONF:-ab.conf}
+# A form's variables: its words but the kit's own (KIT_*).
+form_vars() { echo "$1" | tr ' ' '\n' | grep -v '^KIT_' | tr '\n' ' '; }
+# The CUDA tests under each form's variables, the logs (ops_FORM.log, model_FORM.log) in $OUT.
+test_forms() {
+  while read -r name words; do
+    [ -n "$name" ] || continue
+    [[ " $words " == *" KIT_BIN=alt "* ]] && continue  # KIT.alt carries salvo alone
+    vars=$(form_vars "$words")
+    if [ "$1" = ops ]; then
+      (cd $W && env $vars timeout 120 ./bin/cuda_ops_test >$W/ops_$name.log 2>&1
+      echo "$name: cuda_ops_test rc $?")
+    else
+      while [ ! -f $W/r15.ok ]; do sleep 1; done
+      (cd $W && env $vars SALVO_CUDA_TEST_MODELS=$W/r15.gguf timeout 200 ./bin/cuda_model_test \
+        >$W/model_$name.log 2>&1; echo "$name: cuda_model_test rc $?")
+      grep -iE "nmse" $W/model_$name.log | head -6
+    fi
+    grep -E "^\[  (FAILED|PASSED) |FAILED  \]" $W/${1}_$name.log | head -8
+    [ -n "${OUT:-}" ] && cp $W/${1}_$name.log $OUT/
+  done <"$conf"
+}
+[ "${QUICK_OPS:-1}" != 0 ] && test_forms ops
+[ "${QUICK_MODEL:-0}" = 1 ] && test_forms model
 while [ ! -f $W/r7.ok ] || [ ! -f $W/r15.ok ]; do sleep 1; done
 tail -qn 1 $W/gen_r7.log $W/gen_r15.log
 # One line of a form's figures: pp512 and tg128 where run, then each pass's ms by rows.
@@ -77,7 +99,7 @@ fi
 for rep in 1 2; do
   while read -r name words; do
     [ -n "$name" ] || continue
-    vars=$(echo "$words" | tr ' ' '\n' | grep -v '^KIT_' | tr '\n' ' ')
+    vars=$(form_vars "$words")
     bin=$W/bin
     if [[ " $words " == *" KIT_BIN=alt "* ]]; then bin=$W/alt; fi
     [ -x $bin/salvo ] || { echo "$name: no $bin/salvo (carry KIT.alt)"; continue; }
@@ -97,5 +119,5 @@ for rep in 1 2; do
     out=$(env $vars timeout 60 $bin/salvo bench --device cuda --model $W/r15.gguf -p 0 -n 128 \
       -r 3 --verify --verify-rows 1,16 --verify-context 512 2>&1)
     echo "$name $rep r15: $(line "$out")"
-  done <"$kit/${QUICK_CONF:-ab.conf}"
+  done <"$conf"
 done
