@@ -55,6 +55,24 @@ std::vector<uint8_t> random_blocks(DType type, int64_t n_out, int64_t n_in, uint
   return bytes;
 }
 
+// The scale (and, for Q4_K, the negated min) of row rt, k16 step s as the compact layout's kernel
+// makes them: Q6_K's byte sc + 128 and the row's d (HMUL2: one rounding); Q4_K's bytes 4 sc, 4 m
+// and the row's half2 (256 d, -256 dmin), whose HFMA2 (1 + 4 sc / 1024) 256 d - 256 d is d sc,
+// rounded once. Rows g and g + 8 share 32 bytes of scale bytes and a pair of d.
+void scales_of(DType type, const uint8_t* c, int rt, int s, float* scale, float* neg_min) {
+  const int g = rt % 8, h = rt / 8;
+  if (type == DType::kQ6_K) {
+    const int sc = c[3072 + 32 * g + 2 * s + h] - 128;
+    *scale = rounded(static_cast<float>(sc) * half_at(c + 3328 + 4 * g + 2 * h));
+    *neg_min = 0.0f;
+    return;
+  }
+  const uint8_t* b = c + 2048 + 32 * g + 4 * (s / 2) + 2 * h;
+  const uint8_t* dm = c + 2304 + 8 * g + 4 * h;
+  *scale = rounded(b[0] / 1024.0f * half_at(dm));
+  *neg_min = rounded(b[1] / 1024.0f * half_at(dm + 2));
+}
+
 // Weight (row rt of the tile, column k of the super-block) as the kernel's registers hold it,
 // with the kernel's bit operations: even registers j take bits 4 j' .. of w >> 8 (j / 2) as
 // 1024 + q, odd ones bits 4-7 of it as 1024 + 16 q (x / 16 - 64, or - 96 for Q6_K's q - 32).
@@ -74,10 +92,9 @@ float decoded(DType type, const uint8_t* c, int rt, int k, bool compact) {
     const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
     const float q = odd ? x / 16.0f - 96.0f : x - 1056.0f;
     if (!compact) return q * half_at(c + 3072 + 32 * rt + 2 * s);  // the row's own slot
-    // Rows g and g + 8 share 32 bytes of scales (sc + 128) and a half2 of d.
-    const int sc = c[3072 + 32 * g + 2 * s + rt / 8] - 128;
-    const float d = half_at(c + 3328 + 4 * g + 2 * (rt / 8));
-    return q * rounded(static_cast<float>(sc) * d);  // HMUL2: one rounding
+    float scale = 0.0f, neg_min = 0.0f;
+    scales_of(type, c, rt, s, &scale, &neg_min);
+    return q * scale;
   }
   const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
   const float q = odd ? x / 16.0f - 64.0f : x - 1024.0f;
@@ -85,12 +102,8 @@ float decoded(DType type, const uint8_t* c, int rt, int k, bool compact) {
     const uint8_t* sm = c + 2048 + 4 * (8 * rt + s / 2);  // half2 (d sc, dmin m)
     return q * half_at(sm) - half_at(sm + 2);
   }
-  // Bytes 4 sc, 4 m of the sub-block and row; half2 (256 d, -256 dmin) of the row. The HFMA2
-  // (1 + 4 sc / 1024) 256 d - 256 d is d sc, rounded once.
-  const uint8_t* b = c + 2048 + 32 * g + 4 * (s / 2) + 2 * (rt / 8);
-  const uint8_t* dm = c + 2304 + 8 * g + 4 * (rt / 8);
-  const float scale = rounded(b[0] / 1024.0f * half_at(dm));
-  const float neg_min = rounded(b[1] / 1024.0f * half_at(dm + 2));
+  float scale = 0.0f, neg_min = 0.0f;
+  scales_of(type, c, rt, s, &scale, &neg_min);
   return q * scale + neg_min;
 }
 
@@ -151,6 +164,49 @@ TEST(HalfPack, CompactDecodesToTheWideBits) {
           const float a = decoded(type, wide.data() + chunk * cw, rt, kk, false);
           const float b = decoded(type, compact.data() + chunk * cc, rt, kk, true);
           ASSERT_EQ(a, b) << "row " << o << " column " << k;
+        }
+      }
+    }
+}
+
+// Super-block b's scale i (and min, Q4_K) of a GGUF row, read here from the block's bytes (the
+// 6-bit pairs of Q4_K's 12 bytes; Q6_K's int8 sc at 192 and fp16 d at 208).
+void gguf_scale(DType type, const uint8_t* blk, int i, float* scale, float* min) {
+  if (type == DType::kQ6_K) {
+    *scale = half_at(blk + 208) * static_cast<float>(static_cast<int8_t>(blk[192 + i]));
+    *min = 0.0f;
+    return;
+  }
+  const uint8_t* q = blk + 4;
+  const int sc = i < 4 ? q[i] & 63 : (q[i + 4] & 0xF) | ((q[i - 4] >> 6) << 4);
+  const int m = i < 4 ? q[i + 4] & 63 : (q[i + 4] >> 4) | ((q[i] >> 6) << 4);
+  *scale = half_at(blk) * static_cast<float>(sc);
+  *min = half_at(blk + 2) * static_cast<float>(m);
+}
+
+// Each scale the compact layout's kernel makes is the GGUF's exact product d sc (and dmin m)
+// times the matrix's power of two, rounded to fp16 once, from the GGUF block's own bytes.
+TEST(HalfPack, ScalesAreTheGgufProductsRoundedOnce) {
+  for (DType type : {DType::kQ4_K, DType::kQ6_K})
+    for (float d_scale : {1.0f, 1e-3f}) {
+      SCOPED_TRACE(std::string(traits(type).name) + " " + std::to_string(d_scale));
+      const int64_t n_out = 32, n_in = 512;
+      const auto w = random_blocks(type, n_out, n_in, 9, d_scale);
+      float scale = 0.0f;
+      const auto packed = cuda::pack_half_weights(type, w.data(), n_out, n_in, &scale, true);
+      const int64_t n_sb = n_in / 256, bb = traits(type).block_bytes;
+      const int chunk = type == DType::kQ4_K ? 2368 : 3360;
+      for (int64_t o = 0; o < n_out; ++o) {
+        for (int64_t b = 0; b < n_sb; ++b) {
+          const uint8_t* c = packed.data() + ((o / 16) * n_sb + b) * chunk;
+          for (int s = 0; s < 16; ++s) {  // k16 steps: Q4_K's sub-block s / 2, Q6_K's group s
+            const int i = type == DType::kQ4_K ? s / 2 : s;
+            float want = 0.0f, want_min = 0.0f, got = 0.0f, got_neg_min = 0.0f;
+            gguf_scale(type, w.data() + (o * n_sb + b) * bb, i, &want, &want_min);
+            scales_of(type, c, static_cast<int>(o % 16), s, &got, &got_neg_min);
+            ASSERT_EQ(got, rounded(want / scale)) << "row " << o << " block " << b << " " << i;
+            ASSERT_EQ(got_neg_min, rounded(-want_min / scale)) << "row " << o << " min " << i;
+          }
         }
       }
     }
