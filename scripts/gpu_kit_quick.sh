@@ -10,8 +10,9 @@
 # verification contexts on both shapes (a 1-row pass at context C sees C + 1 keys, 128 keys an
 # attention split: 127 against 128 times the step to a merged split). QUICK_OPS=0: no
 # cuda_ops_test (forms that change no kernel). QUICK_MODEL=1: also cuda_model_test on the random
-# 1.5B for each form (a new kernel's whole-model check; ~1 minute a form). QUICK_CONF=FILE: the forms of FILE (a path inside
-# the kit) instead of ab.conf. A second call on the warm machine reuses the first's models.
+# 1.5B for each form (a new kernel's whole-model check; ~1 minute a form). QUICK_CONF=FILE: the
+# forms of FILE (a path inside the kit) instead of ab.conf. A second call on the warm machine
+# reuses the first's models.
 # QUICK_NCU=REGEX of a mangled kernel name (e.g. attention_kernelILb1ELi1ELb0E, the verification
 # passes' attention; prefill's takes pairs): instead of the timings, where that kernel's warps
 # wait in the random 7B's 1- and 16-row passes (ncu's source counters of 8 launches past the
