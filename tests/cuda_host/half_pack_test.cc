@@ -84,25 +84,24 @@ float decoded(DType type, const uint8_t* c, int rt, int k, bool compact) {
   std::memcpy(&w, c + 16 * (32 * (s / 4) + lane) + 4 * (s % 4), 4);
   w >>= 8 * (j / 2);
   uint32_t raw = (w & (odd ? 0x00F000F0u : 0x000F000Fu)) | 0x64006400u;
+  float q = 0.0f;
   if (type == DType::kQ6_K) {
     uint32_t hw;
     std::memcpy(&hw, c + 2048 + 16 * (32 * (s / 8) + lane) + 4 * ((s / 2) % 4), 4);
     const int from = 2 * j + 8 * (s % 2), to = odd ? 8 : 4;
     raw |= (from >= to ? hw >> (from - to) : hw << (to - from)) & (odd ? 0x03000300u : 0x00300030u);
     const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
-    const float q = odd ? x / 16.0f - 96.0f : x - 1056.0f;
+    q = odd ? x / 16.0f - 96.0f : x - 1056.0f;
     if (!compact) return q * half_at(c + 3072 + 32 * rt + 2 * s);  // the row's own slot
-    float scale = 0.0f, neg_min = 0.0f;
-    scales_of(type, c, rt, s, &scale, &neg_min);
-    return q * scale;
+  } else {
+    const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
+    q = odd ? x / 16.0f - 64.0f : x - 1024.0f;
+    if (!compact) {
+      const uint8_t* sm = c + 2048 + 4 * (8 * rt + s / 2);  // half2 (d sc, dmin m)
+      return q * half_at(sm) - half_at(sm + 2);
+    }
   }
-  const float x = fp16_to_fp32(static_cast<uint16_t>(raw >> (16 * e)));
-  const float q = odd ? x / 16.0f - 64.0f : x - 1024.0f;
-  if (!compact) {
-    const uint8_t* sm = c + 2048 + 4 * (8 * rt + s / 2);  // half2 (d sc, dmin m)
-    return q * half_at(sm) - half_at(sm + 2);
-  }
-  float scale = 0.0f, neg_min = 0.0f;
+  float scale = 0.0f, neg_min = 0.0f;  // Q6_K's neg_min is 0
   scales_of(type, c, rt, s, &scale, &neg_min);
   return q * scale + neg_min;
 }
