@@ -440,6 +440,12 @@ __device__ __forceinline__ int x_lane(const HalfGroup& grp, int lane) {
   return min(lane / 4, grp.n_rows - 1) * 4 + lane % 4;
 }
 
+// A build's A/B knob (an alt build: -DCMAKE_CUDA_FLAGS=-DSALVO_HALF_PREP_NT=1 makes the scales
+// first at every row count; session 71's ptxas: no new spills at 1 row, the 16-row mixed
+// launch's 4 -> 8 bytes).
+#ifndef SALVO_HALF_PREP_NT
+#define SALVO_HALF_PREP_NT 4
+#endif
 // A chunk's made scales where the format has them (the compact layout), else nothing.
 template <class F, bool kPrep>
 struct PrepScales {
@@ -454,11 +460,13 @@ struct PrepScales<F, true> {
 // the lane's activation fragments of steps 2p and 2p + 1 for n tile nt (a uint4).
 template <class F, int NT, class X>
 __device__ __forceinline__ void chunk_mma(const typename F::Regs& k, X xv_of, float (&acc)[NT][4]) {
-  // The compact layout's 32-64-row launches make the chunk's scales first, out of each step's
-  // chain to its mma. Session 71 on an H100 (random 7B): without it compact's 64-row pass took
-  // 10.75-10.81 ms against the wide layout's 9.86-9.89, with the same instructions (sass_mix.py)
-  // but each scale's PRMT and HFMA2 just before its step; not yet run on a GPU.
-  constexpr bool kPrep = NT >= 4 && (std::is_same_v<F, FmtQ4K> || std::is_same_v<F, FmtQ6K>);
+  // The compact layout's launches of SALVO_HALF_PREP_NT n tiles or more (32-64 rows) make the
+  // chunk's scales first, out of each step's chain to its mma. Session 71 on an H100 (random
+  // 7B): without it compact's 64-row pass took 10.75-10.81 ms against the wide layout's
+  // 9.86-9.89, with the same instructions (sass_mix.py) but each scale's PRMT and HFMA2 just
+  // before its step; not yet run on a GPU.
+  constexpr bool kPrep =
+      NT >= SALVO_HALF_PREP_NT && (std::is_same_v<F, FmtQ4K> || std::is_same_v<F, FmtQ6K>);
   typename PrepScales<F, kPrep>::type sc;
   if constexpr (kPrep) F::scales(k, sc);
 #pragma unroll
