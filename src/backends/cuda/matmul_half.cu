@@ -215,7 +215,7 @@ struct FmtQ4K {
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
     step_with(k, scale_min(k, s / 2, 0), scale_min(k, s / 2, 1), s, a);
   }
-  // A chunk's scales made before its steps (chunk_mma of 32-64 rows): v[2 j + h] is sub-block
+  // A chunk's scales made before its steps (chunk_mma's kPrep): v[2 j + h] is sub-block
   // j's scale_min of row g (h 0) or g + 8.
   struct Scales {
     half2 v[16];
@@ -265,7 +265,7 @@ struct FmtQ6K {
   static __device__ __forceinline__ void step(const Regs& k, int s, uint32_t (&a)[4]) {
     step_with(k, scale_pair(k, s), s, a);
   }
-  // A chunk's scales made before its steps (chunk_mma of 32-64 rows): v[s] is scale_pair(s).
+  // A chunk's scales made before its steps (chunk_mma's kPrep): v[s] is scale_pair(s).
   struct Scales {
     half2 v[16];
   };
