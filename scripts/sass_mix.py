@@ -37,8 +37,8 @@ def find_cuobjdump(given):
     if not found:
         deps.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "pip", "download", "-q", "--no-deps",
-                        "--only-binary=:all:", "-d", str(deps), "nvidia-cuda-cuobjdump",
-                        "nvidia-cuda-nvdisasm"], check=True)
+                        "--only-binary=:all:", "-d", str(deps), "nvidia-cuda-cuobjdump~=13.0",
+                        "nvidia-cuda-nvdisasm~=13.0"], check=True)  # nvcc 13's cubins
         for wheel in deps.glob("*.whl"):
             with zipfile.ZipFile(wheel) as z:
                 z.extractall(deps)
