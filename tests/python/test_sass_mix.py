@@ -2,6 +2,7 @@
 real cuobjdump (NVIDIA's wheel, which the script fetches on first use), and the change between
 the objects where one kernel's multiply-add became a multiply and an add."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -11,6 +12,9 @@ import pytest
 from conftest import REPO_ROOT
 
 MIX = REPO_ROOT / "scripts" / "sass_mix.py"
+# Where CMake's CUDA detection also looks when nvcc is not on PATH.
+NVCC = shutil.which("nvcc") or next(
+    (p for p in ["/usr/local/cuda/bin/nvcc"] if os.access(p, os.X_OK)), None)
 KERNELS = """
 __global__ void axpy(float a, const float* x, float* y) {{ y[threadIdx.x] = {expr}; }}
 __global__ void scale(float a, float* y) {{ y[threadIdx.x] *= a; }}
@@ -21,7 +25,7 @@ def build(tmp_path, name, expr):
     src = tmp_path / f"{name}.cu"
     src.write_text(KERNELS.format(expr=expr))
     obj = tmp_path / f"{name}.o"
-    subprocess.run(["nvcc", "-c", "-O3", "-arch=sm_90", "-o", str(obj), str(src)], check=True,
+    subprocess.run([NVCC, "-c", "-O3", "-arch=sm_90", "-o", str(obj), str(src)], check=True,
                    timeout=300)
     return obj
 
@@ -40,7 +44,7 @@ def rows(out):
     return table
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc (CI has it)")
+@pytest.mark.skipif(NVCC is None, reason="needs nvcc (CI has it)")
 def test_sass_mix(tmp_path):
     fused = build(tmp_path, "fused", "a * x[threadIdx.x] + y[threadIdx.x]")
     # __fmul_rn / __fadd_rn keep the multiply and the add apart (no contraction into an FFMA).
